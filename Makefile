@@ -1,0 +1,91 @@
+# ds - DeepSeek-family LLM inference on the CPU.
+#   make            build the programs into bin/ and libcore into build/libdscore.a
+#   make test       build and run every C unit test and bats test
+#   make sanitize   the same suite under -fsanitize=address,undefined
+#   make demo       convert the shipped demo model and run the pipeline
+#   make bench      the benchmark suite, written to bench/report.md
+#   make install    PREFIX=/usr/local DESTDIR=
+#   make clean
+
+CC      ?= cc
+O       ?= build
+BIN     ?= bin
+PREFIX  ?= /usr/local
+DESTDIR ?=
+OPT     ?= -O2
+CFLAGS  ?=
+CFLAGS  += -std=gnu11 $(OPT) -g -Wall -Wextra -Werror -pthread -fopenmp \
+	   -Ilibcore -Ilibcore/util -Ikernels
+LDFLAGS ?=
+LDLIBS  = -ljansson -larchive -lz -lpcre2-8 -lnuma -lmicrohttpd -lpthread -lm -fopenmp
+
+# Each ISA's kernels are compiled with their own flags and chosen at run
+# time; nothing else targets the build machine.
+KFLAGS_avx2   = -mavx2 -mfma -mf16c
+KFLAGS_avx512 = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni \
+		-mavx512bf16 -mfma -mf16c
+KFLAGS_avxvnni = -mavx2 -mfma -mf16c -mavxvnni
+
+LIB_SRC  = $(wildcard libcore/*.c libcore/*/*.c kernels/*.c)
+LIB_OBJ  = $(LIB_SRC:%.c=$(O)/%.o)
+CMD_SRC  = $(wildcard cmd/ds-*.c)
+PROGS    = $(CMD_SRC:cmd/%.c=$(BIN)/%)
+TEST_SRC = $(wildcard tests/unit/test_*.c)
+TESTS    = $(TEST_SRC:tests/unit/%.c=$(O)/tests/%)
+MANS     = $(wildcard man/*.[1-8])
+LIB      = $(O)/libdscore.a
+
+all: deps $(PROGS)
+
+deps:
+	@scripts/deps.sh
+
+$(O)/kernels/%.o: kernels/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(KFLAGS_$*) -MMD -MP -c $< -o $@
+
+$(O)/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(LIB): $(LIB_OBJ)
+	@rm -f $@
+	$(AR) rcs $@ $^
+
+$(BIN)/%: $(O)/cmd/%.o $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
+
+$(O)/tests/%: $(O)/tests/unit/%.o $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
+
+test: all $(TESTS)
+	@DS_BIN=$(BIN) scripts/run-tests.sh $(O)/tests
+
+# The whole suite under ASan + UBSan (and LeakSanitizer, part of ASan).
+sanitize:
+	@$(MAKE) --no-print-directory O=build/asan BIN=build/asan/bin \
+		OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
+		LDFLAGS="-fsanitize=address,undefined" test
+
+demo: all
+	@scripts/demo.sh $(BIN)
+
+bench: all
+	@scripts/bench.sh $(BIN)
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 755 $(PROGS) $(DESTDIR)$(PREFIX)/bin
+	for m in $(MANS); do s=$${m##*.}; \
+		install -d $(DESTDIR)$(PREFIX)/share/man/man$$s; \
+		install -m 644 $$m $(DESTDIR)$(PREFIX)/share/man/man$$s; done
+
+clean:
+	rm -rf build bin
+
+.PHONY: all deps test sanitize demo bench install clean
+.SECONDARY: $(LIB_OBJ) $(TESTS:$(O)/tests/%=$(O)/tests/unit/%.o) $(CMD_SRC:cmd/%.c=$(O)/cmd/%.o)
+
+-include $(LIB_OBJ:.o=.d) $(wildcard $(O)/cmd/*.d $(O)/tests/unit/*.d)

@@ -1,0 +1,97 @@
+/*
+ * types.h - the runtime tensor types and their byte layouts (ds-model(5)).
+ *
+ * Scalar types are stored row-major:      f32, f16, i32.
+ * Weight-matrix types are row-set interleaved, so that one 64-byte vector
+ * holds data of 16 output rows (one 32-bit lane per row) and a matvec or
+ * matmul accumulates 16 rows at once without horizontal sums:
+ *
+ *   bf16        w = bf16 value
+ *   q8gG        w = s * (u - 128),    u in [1, 255], s fp16 per (row, group)
+ *   q4gG        w = s * (q - z),      q, z in [0, 15], s fp16, z u8 per (row, group)
+ *
+ * A [N, K] matrix is ceil(N/16) row-sets; rows past N are zero padding.
+ * K is padded to Kp (a multiple of G for q4/q8, of 32 for bf16) with
+ * weights that are zero.  A row-set is, in order (offsets from its start):
+ *
+ *   q4gG:  Kp/8 chunks of 64 bytes; in chunk c, bytes 4r..4r+3 of lane r are
+ *          q[r][8c+j] | q[r][8c+4+j] << 4  (j = 0..3)      -> 8*Kp bytes
+ *          scales: fp16 [Kp/G][16]  (group, lane)           -> 32*Kp/G bytes
+ *          zeros:  u8   [Kp/G][16]                          -> 16*Kp/G bytes
+ *   q8gG:  Kp/4 chunks of 64 bytes; lane r = u[r][4c..4c+3] -> 16*Kp bytes
+ *          scales: fp16 [Kp/G][16]                          -> 32*Kp/G bytes
+ *   bf16:  Kp/2 chunks of 64 bytes; lane r = w[r][2c], w[r][2c+1]
+ *                                                            -> 32*Kp bytes
+ * and its size is rounded up to a multiple of 64.  A 3-D tensor [E, N, K]
+ * (MoE experts) is E such matrices back to back.
+ */
+#ifndef DS_TYPES_H
+#define DS_TYPES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define DS_ROWSET 16      /* rows interleaved per row-set */
+#define DS_CHUNK 64       /* bytes per interleaved chunk */
+
+enum ds_dtype {
+	DS_F32,
+	DS_F16,
+	DS_BF16,
+	DS_Q8,
+	DS_Q4,
+	DS_I32,
+};
+
+typedef struct ds_ttype {
+	enum ds_dtype dt;
+	uint32_t group; /* q4/q8: group size G (multiple of 32); else 0 */
+} ds_ttype;
+
+/* "f32" "f16" "bf16" "i32" "q8g32" "q4g128" ...; 0 ok, -1 unknown. */
+int ds_ttype_parse(const char *s, ds_ttype *t);
+/* The name as ds_ttype_parse reads it; buf of at least 16 bytes. */
+const char *ds_ttype_name(ds_ttype t, char *buf);
+/* 1 for bf16/q8/q4 (row-set interleaved, 2-D or 3-D only). */
+int ds_ttype_interleaved(ds_ttype t);
+
+/* Padded input width Kp of an interleaved matrix. */
+uint64_t ds_kpad(ds_ttype t, uint64_t k);
+/* Bytes of one row-set of an interleaved [*, k] matrix. */
+uint64_t ds_rowset_bytes(ds_ttype t, uint64_t k);
+/* Bytes of a tensor of this type and shape (ndim 1..4); -1 on overflow or
+ * a shape the type cannot hold (interleaved types need ndim 2 or 3). */
+int ds_tensor_bytes(ds_ttype t, int ndim, const uint64_t *shape,
+		    uint64_t *bytes);
+
+/* ---- packing (ds-convert) --------------------------------------------------
+ * Sources are row-major [n][k] by output row; dst must hold
+ * ds_tensor_bytes() bytes and is fully written (padding zeroed). */
+
+/* q: values 0..15; scale (fp16 bits) and zero (0..15) per [n][ceil(k/G)];
+ * columns past k in the last group are padded with q = z. */
+void ds_pack_q4(uint8_t *dst, const uint8_t *q, const uint16_t *scale,
+		const uint8_t *zero, uint64_t n, uint64_t k, uint32_t group);
+/* q: values -127..127 (stored biased by 128); scale per [n][ceil(k/G)]. */
+void ds_pack_q8(uint8_t *dst, const int8_t *q, const uint16_t *scale,
+		uint64_t n, uint64_t k, uint32_t group);
+void ds_pack_bf16(uint8_t *dst, const uint16_t *w, uint64_t n, uint64_t k);
+
+/* Round-to-nearest quantization of float weights, then packing.
+ * q4: asymmetric, s = max(max - min, 1e-5) / 15, z = clamp(round(-min/s)),
+ *     q = clamp(round(w/s) + z)  (the AutoAWQ rule, with s rounded to fp16
+ *     first so q and z are chosen for the stored scale).
+ * q8: symmetric, s = max|w| / 127, q = round(w/s).
+ * Temporary memory is taken per row; returns -1 only on allocation failure. */
+int ds_quantize_q4(uint8_t *dst, const float *w, uint64_t n, uint64_t k,
+		   uint32_t group);
+int ds_quantize_q8(uint8_t *dst, const float *w, uint64_t n, uint64_t k,
+		   uint32_t group);
+
+/* ---- reference dequantization (the definition of every layout) ----------
+ * Row `row` of the [n, k] matrix at `m` (already offset to the expert for
+ * 3-D tensors) as k floats. */
+void ds_dequant_row(ds_ttype t, const uint8_t *m, uint64_t k, uint64_t row,
+		    float *out);
+
+#endif

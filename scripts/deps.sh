@@ -1,0 +1,34 @@
+#!/bin/sh
+# Install the Debian packages ds needs to build and test, only those missing.
+# Usage: scripts/deps.sh [--ref]   (--ref adds what the PyTorch/SentencePiece
+# reference generators under scripts/ref/ need; the tests never need them).
+set -eu
+
+pkgs="gcc make libc6-dev pkg-config zlib1g-dev libarchive-dev libjansson-dev
+libnuma-dev libpcre2-dev libmicrohttpd-dev libzstd-dev bats mandoc curl
+python3 python3-numpy"
+[ "${1:-}" = "--ref" ] && pkgs="$pkgs python3-torch python3-sentencepiece"
+
+missing=""
+for p in $pkgs; do
+	st=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+	case "$st" in
+	*"install ok installed"*) ;;
+	*) missing="$missing $p" ;;
+	esac
+done
+[ -z "$missing" ] && exit 0
+
+echo "deps.sh: installing:$missing" >&2
+sudo=""
+if [ "$(id -u)" != 0 ]; then
+	command -v sudo >/dev/null 2>&1 || {
+		echo "deps.sh: need root or sudo to install:$missing" >&2
+		exit 1
+	}
+	sudo=sudo
+fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+# shellcheck disable=SC2086
+$sudo apt-get install -y -qq --no-install-recommends $missing >&2

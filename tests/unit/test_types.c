@@ -1,0 +1,189 @@
+/* test_types.c - runtime tensor layouts: sizes, packing, RTN error bounds. */
+#include <math.h>
+#include <string.h>
+
+#include "harness.h"
+#include "types.h"
+#include "util.h"
+
+static void test_names(void)
+{
+	ds_ttype t;
+	char buf[16];
+
+	T_CHECK(ds_ttype_parse("q4g128", &t) == 0 && t.dt == DS_Q4 && t.group == 128);
+	T_CHECK(strcmp(ds_ttype_name(t, buf), "q4g128") == 0);
+	T_CHECK(ds_ttype_parse("q8g32", &t) == 0 && t.dt == DS_Q8 && t.group == 32);
+	T_CHECK(ds_ttype_parse("bf16", &t) == 0 && t.dt == DS_BF16);
+	T_CHECK(ds_ttype_parse("q4g33", &t) == -1);
+	T_CHECK(ds_ttype_parse("q4g0", &t) == -1);
+	T_CHECK(ds_ttype_parse("q5g32", &t) == -1);
+	T_CHECK(ds_ttype_parse("q4g128x", &t) == -1);
+}
+
+static void test_sizes(void)
+{
+	ds_ttype q4 = { DS_Q4, 128 }, q8 = { DS_Q8, 64 }, bf = { DS_BF16, 0 };
+	uint64_t shape[3] = { 4096, 4096, 0 }, b;
+
+	/* q4g128: 4096 rows x (4096/2 + 4096/128*3) bytes */
+	T_CHECK(ds_tensor_bytes(q4, 2, shape, &b) == 0 &&
+		b == 4096ull * (2048 + 32 * 3));
+	T_CHECK(ds_tensor_bytes(q8, 2, shape, &b) == 0 &&
+		b == 4096ull * (4096 + 64 * 2));
+	T_CHECK(ds_tensor_bytes(bf, 2, shape, &b) == 0 && b == 4096ull * 8192);
+	/* 17 rows need two row-sets */
+	shape[0] = 17;
+	shape[1] = 100;
+	T_CHECK(ds_tensor_bytes(bf, 2, shape, &b) == 0 && b == 2 * 32 * 128);
+	/* experts */
+	shape[0] = 3; shape[1] = 32; shape[2] = 256;
+	T_CHECK(ds_tensor_bytes(q4, 3, shape, &b) == 0 &&
+		b == 3 * 2 * ds_rowset_bytes(q4, 256));
+	/* overflow is refused */
+	shape[0] = 1ull << 62; shape[1] = 1ull << 20;
+	T_CHECK(ds_tensor_bytes(bf, 2, shape, &b) == -1);
+	T_CHECK(ds_tensor_bytes(bf, 1, shape, &b) == -1);
+	{
+		ds_ttype f = { DS_F32, 0 };
+		uint64_t s2[2] = { 1ull << 62, 8 };
+		T_CHECK(ds_tensor_bytes(f, 2, s2, &b) == -1);
+	}
+}
+
+/* Pack random integers, dequantize: exactly s*(q-z), padding reads as 0. */
+static void test_q4_pack(void)
+{
+	static const uint32_t groups[] = { 32, 64, 128 };
+	static const uint64_t ns[] = { 1, 15, 16, 33 }, ks[] = { 32, 96, 256, 200 };
+	uint64_t seed = t_seed();
+	size_t gi, ni, ki;
+
+	for (gi = 0; gi < 3; gi++)
+	for (ni = 0; ni < 4; ni++)
+	for (ki = 0; ki < 4; ki++) {
+		uint32_t g = groups[gi];
+		uint64_t n = ns[ni], k = ks[ki], ng = (k + g - 1) / g, r, i, sh[2] = { n, k }, bytes;
+		ds_ttype t = { DS_Q4, g };
+		uint8_t *q = malloc(n * k), *z = malloc(n * ng), *dst;
+		uint16_t *s = malloc(n * ng * 2);
+		float *row = malloc(k * 4);
+		int bad = 0;
+
+		for (i = 0; i < n * k; i++) q[i] = t_rand(&seed) & 15;
+		for (i = 0; i < n * ng; i++) {
+			z[i] = t_rand(&seed) & 15;
+			s[i] = ds_f32_to_f16(t_randf(&seed) * 0.1f);
+		}
+		T_CHECK(ds_tensor_bytes(t, 2, sh, &bytes) == 0);
+		dst = malloc(bytes);
+		memset(dst, 0xa5, bytes);
+		ds_pack_q4(dst, q, s, z, n, k, g);
+		for (r = 0; r < n; r++) {
+			ds_dequant_row(t, dst, k, r, row);
+			for (i = 0; i < k; i++) {
+				float want = ds_f16_to_f32(s[r * ng + i / g]) *
+					     (float)((int)q[r * k + i] - z[r * ng + i / g]);
+				bad += row[i] != want;
+			}
+		}
+		T_CHECKF(bad == 0, "g=%u n=%llu k=%llu: %d values differ", g,
+			 (unsigned long long)n, (unsigned long long)k, bad);
+		free(q); free(z); free(s); free(row); free(dst);
+	}
+}
+
+static void test_q8_bf16_pack(void)
+{
+	uint64_t seed = t_seed(), n = 19, k = 160, r, i, sh[2] = { 19, 160 }, b;
+	ds_ttype t8 = { DS_Q8, 32 }, tb = { DS_BF16, 0 };
+	int8_t *q = malloc(n * k);
+	uint16_t *s = malloc(n * 5 * 2), *w = malloc(n * k * 2);
+	uint8_t *d8, *db;
+	float row[160];
+	int bad8 = 0, badb = 0;
+
+	for (i = 0; i < n * k; i++) {
+		q[i] = (int8_t)((int)(t_rand(&seed) % 255) - 127);
+		w[i] = ds_f32_to_bf16(t_randf(&seed));
+	}
+	for (i = 0; i < n * 5; i++)
+		s[i] = ds_f32_to_f16(t_randf(&seed));
+	ds_tensor_bytes(t8, 2, sh, &b);
+	d8 = malloc(b);
+	ds_pack_q8(d8, q, s, n, k, 32);
+	ds_tensor_bytes(tb, 2, sh, &b);
+	db = malloc(b);
+	ds_pack_bf16(db, w, n, k);
+	for (r = 0; r < n; r++) {
+		ds_dequant_row(t8, d8, k, r, row);
+		for (i = 0; i < k; i++)
+			bad8 += row[i] != ds_f16_to_f32(s[r * 5 + i / 32]) * q[r * k + i];
+		ds_dequant_row(tb, db, k, r, row);
+		for (i = 0; i < k; i++)
+			badb += row[i] != ds_bf16_to_f32(w[r * k + i]);
+	}
+	T_CHECK(bad8 == 0);
+	T_CHECK(badb == 0);
+	free(q); free(s); free(w); free(d8); free(db);
+}
+
+/* RTN error bounds: q8 within s/2 per weight, q4 within one step s (the
+ * AWQ rule can clip the top of a range by rounding the zero point). */
+static void test_rtn_bounds(void)
+{
+	uint64_t seed = t_seed(), n = 20, k = 200, r, i, sh[2] = { 20, 200 }, b;
+	ds_ttype t4 = { DS_Q4, 64 }, t8 = { DS_Q8, 64 };
+	float *w = malloc(n * k * 4), row[200];
+	uint8_t *d;
+	double worst4 = 0, worst8 = 0;
+
+	for (i = 0; i < n * k; i++)
+		w[i] = t_randf(&seed) * (1 + (float)(i % 7));
+	ds_tensor_bytes(t4, 2, sh, &b);
+	d = malloc(b);
+	T_CHECK(ds_quantize_q4(d, w, n, k, 64) == 0);
+	for (r = 0; r < n; r++) {
+		ds_dequant_row(t4, d, k, r, row);
+		for (i = 0; i < k; i++) {
+			uint64_t g0 = i / 64 * 64, g1 = g0 + 64 < k ? g0 + 64 : k, j;
+			float lo = w[r * k + g0], hi = lo, s;
+			for (j = g0; j < g1; j++) {
+				lo = fminf(lo, w[r * k + j]);
+				hi = fmaxf(hi, w[r * k + j]);
+			}
+			s = (hi - lo) / 15;
+			double e = fabs(row[i] - w[r * k + i]) / s;
+			worst4 = e > worst4 ? e : worst4;
+		}
+	}
+	free(d);
+	ds_tensor_bytes(t8, 2, sh, &b);
+	d = malloc(b);
+	T_CHECK(ds_quantize_q8(d, w, n, k, 64) == 0);
+	for (r = 0; r < n; r++) {
+		ds_dequant_row(t8, d, k, r, row);
+		for (i = 0; i < k; i++) {
+			uint64_t g0 = i / 64 * 64, g1 = g0 + 64 < k ? g0 + 64 : k, j;
+			float am = 0;
+			for (j = g0; j < g1; j++)
+				am = fmaxf(am, fabsf(w[r * k + j]));
+			double e = fabs(row[i] - w[r * k + i]) / (am / 127);
+			worst8 = e > worst8 ? e : worst8;
+		}
+	}
+	/* fp16 rounding of the scale adds at most 2^-11 relative per step */
+	T_CHECKF(worst4 <= 1.01, "q4 worst error %.3f steps", worst4);
+	T_CHECKF(worst8 <= 0.51, "q8 worst error %.3f steps", worst8);
+	free(d); free(w);
+}
+
+int main(void)
+{
+	T_RUN(test_names);
+	T_RUN(test_sizes);
+	T_RUN(test_q4_pack);
+	T_RUN(test_q8_bf16_pack);
+	T_RUN(test_rtn_bounds);
+	return t_done();
+}
