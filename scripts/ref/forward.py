@@ -380,7 +380,7 @@ class MoE(nn.Module):
         y = torch.zeros_like(h)
         for e in idx.unique().tolist():
             tok, slot = (idx == e).nonzero(as_tuple=True)
-            y = y.index_add(0, tok, self.experts[e](h[tok]) * w[tok, slot, None])
+            y = y.index_add(0, tok, (self.experts[e](h[tok]) * w[tok, slot, None]).to(y.dtype))
         if self.shared_experts is not None:
             y = y + self.shared_experts(h)
         return y.view(shp)
