@@ -292,6 +292,345 @@ def train(work, steps, batch, lr_max, log_every=10):
     log("trained %d steps (%d tokens) in %.0f s" % (steps, steps * batch * CTX, time.time() - t0))
 
 
+# ----------------------------------------------------------------------------
+# export: HF checkpoint (bf16), AWQ GEMM INT4 copy
+
+def bf16_bytes(t):
+    """float tensor -> little-endian BF16 bytes (round to nearest even, as torch does)."""
+    return t.detach().to(torch.bfloat16).contiguous().view(torch.int16).numpy().astype("<i2").tobytes()
+
+
+def write_safetensors(path, tensors):
+    """tensors: {name: (dtype string, bytes, shape)}; sorted by name, 8-aligned header."""
+    hdr, off = {}, 0
+    names = sorted(tensors)
+    for k in names:
+        dt, b, shape = tensors[k]
+        hdr[k] = {"dtype": dt, "shape": list(shape), "data_offsets": [off, off + len(b)]}
+        off += len(b)
+    hdr["__metadata__"] = {"format": "pt"}
+    h = json.dumps(hdr, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(len(h).to_bytes(8, "little"))
+        f.write(h)
+        for k in names:
+            f.write(tensors[k][1])
+    os.replace(tmp, path)
+
+
+def quant_targets(model):
+    """Names of the Linear modules AutoAWQ quantizes in a DeepSeek-V2 decoder layer."""
+    out = []
+    for n, m in model.named_modules():
+        if isinstance(m, torch.nn.Linear) and n.startswith("model.layers."):
+            out.append(n)
+    return out
+
+
+def awq_rtn(w, g):
+    """AutoAWQ zero-point quantizer over groups of g inputs of each output row.
+    w [N, K] -> q [N, K] ints 0..15, zeros [N, K/g] ints, scales [N, K/g] fp16."""
+    N, K = w.shape
+    wg = w.reshape(N, K // g, g).double()
+    mx, mn = wg.amax(-1), wg.amin(-1)
+    s = ((mx - mn).clamp(min=1e-5) / 15).half()
+    s64 = s.double()
+    z = (-torch.round(mn / s64)).clamp(0, 15)
+    q = (torch.round(wg / s64[..., None]) + z[..., None]).clamp(0, 15)
+    return q.reshape(N, K).long(), z.long(), s
+
+
+def awq_fake(w, g):
+    q, z, s = awq_rtn(w, g)
+    N, K = w.shape
+    return ((q.reshape(N, K // g, g) - z[..., None]).double() * s.double()[..., None]).reshape(N, K)
+
+
+def pack_awq_gemm(q, z, s):
+    """q [N, K], z [N, G], s [N, G] -> qweight I32 [K, N/8], qzeros I32 [G, N/8], scales F16 [G, N]
+    (AutoAWQ GEMM: nibble slot i of word c holds column 8c + [0,2,4,6,1,3,5,7][i])."""
+    order = [0, 2, 4, 6, 1, 3, 5, 7]
+
+    def pk(a):                                       # a [rows, N] -> [rows, N/8]
+        a = a.numpy().astype(np.uint32).reshape(a.shape[0], -1, 8)
+        w = np.zeros(a.shape[:2], np.uint32)
+        for i in range(8):
+            w |= a[:, :, order[i]] << np.uint32(4 * i)
+        return w.view(np.int32)
+    return pk(q.t()), pk(z.t()), s.t().contiguous().numpy().astype("<f2")
+
+
+class _Capture:
+    """Forward hooks that collect the inputs of the given Linear modules."""
+
+    def __init__(self, model, names):
+        self.x = {n: [] for n in names}
+        mods = dict(model.named_modules())
+        self.h = [mods[n].register_forward_hook(self._hook(n)) for n in names]
+
+    def _hook(self, n):
+        def f(mod, inp, out):
+            self.x[n].append(inp[0].detach().reshape(-1, inp[0].shape[-1]).double())
+        return f
+
+    def get(self, n):
+        return torch.cat(self.x[n]) if self.x[n] else None
+
+    def close(self):
+        for h in self.h:
+            h.remove()
+
+
+def awq_search(X, Ws, g, n_grid=20):
+    """Activation-aware scale search (AWQ): s = mean|x|^a normalised, a on a
+    grid over [0, 1); keep the a whose fake-quantized W*s (then / s) gives the
+    least output error on the calibration inputs X. Returns s [K]."""
+    xm = X.abs().mean(0)
+    ref_out = [X @ W.t() for W in Ws]
+    best, best_s = None, torch.ones_like(xm)
+    for i in range(n_grid):
+        a = i / n_grid
+        sc = xm.pow(a).clamp(min=1e-4)
+        sc = sc / (sc.max() * sc.min()).sqrt()
+        err = sum(((X @ (awq_fake(W * sc, g) / sc).t()) - o).pow(2).mean().item()
+                  for W, o in zip(Ws, ref_out))
+        if best is None or err < best:
+            best, best_s = err, sc
+    return best_s
+
+
+def awq_quantize(model, calib, g):
+    """Fold AWQ scales into a copy of the float model (exact in real arithmetic),
+    then quantize every decoder-layer Linear. Returns (model, {prefix: packed})."""
+    import copy
+    m = copy.deepcopy(model).double()
+    names = quant_targets(m)
+    cap = _Capture(m, names)
+    with torch.no_grad():
+        for w in calib:
+            m(w[None])
+    cap.close()
+    mods = dict(m.named_modules())
+    with torch.no_grad():
+        for L, layer in enumerate(m.model.layers):
+            pre = "model.layers.%d." % L
+            at = layer.self_attn
+            # (1) input_layernorm -> q_proj, kv_a_proj_with_mqa
+            X = cap.get(pre + "self_attn.q_proj")
+            s = awq_search(X, [at.q_proj.weight, at.kv_a_proj_with_mqa.weight], g)
+            layer.input_layernorm.weight.div_(s)
+            at.q_proj.weight.mul_(s)
+            at.kv_a_proj_with_mqa.weight.mul_(s)
+            # (2) kv_a_layernorm -> kv_b_proj
+            s = awq_search(cap.get(pre + "self_attn.kv_b_proj"), [at.kv_b_proj.weight], g)
+            at.kv_a_layernorm.weight.div_(s)
+            at.kv_b_proj.weight.mul_(s)
+            # (3) V rows of kv_b_proj -> o_proj (attention averages V linearly)
+            s = awq_search(cap.get(pre + "self_attn.o_proj"), [at.o_proj.weight], g)
+            W = at.kv_b_proj.weight.view(at.nh, at.dn + at.dv, at.r)
+            W[:, at.dn:, :].div_(s.view(at.nh, at.dv, 1))
+            at.o_proj.weight.mul_(s)
+            # (4) post_attention_layernorm -> gate/up of every expert (+ router, kept float)
+            mlp = layer.mlp
+            if isinstance(mlp, ref.MoE):
+                X = cap.get(pre + "mlp.shared_experts.gate_proj")
+                mlps = list(mlp.experts) + [mlp.shared_experts]
+                Ws = [w for e in mlps for w in (e.gate_proj.weight, e.up_proj.weight)]
+                s = awq_search(X, Ws, g)
+                mlp.gate.weight.mul_(s)
+                ex = [(pre + "mlp.experts.%d." % j, e) for j, e in enumerate(mlp.experts)]
+                ex.append((pre + "mlp.shared_experts.", mlp.shared_experts))
+            else:
+                X = cap.get(pre + "mlp.gate_proj")
+                Ws = [mlp.gate_proj.weight, mlp.up_proj.weight]
+                s = awq_search(X, Ws, g)
+                ex = [(pre + "mlp.", mlp)]
+                mlps = [mlp]
+            layer.post_attention_layernorm.weight.div_(s)
+            for e in mlps:
+                e.gate_proj.weight.mul_(s)
+                e.up_proj.weight.mul_(s)
+            # (5) up_proj rows -> down_proj, per expert
+            for p, e in ex:
+                X = cap.get(p + "down_proj")
+                if X is None:                    # expert never routed in calibration
+                    continue
+                s = awq_search(X * 1.0, [e.down_proj.weight], g)
+                e.up_proj.weight.div_(s[:, None])
+                e.down_proj.weight.mul_(s)
+    packed = {}
+    for n in names:
+        q, z, s = awq_rtn(mods[n].weight, g)
+        packed[n] = pack_awq_gemm(q, z, s)
+    return m, packed
+
+
+def write_tokenizer_files(work, d, cfg):
+    import shutil
+    shutil.copy(os.path.join(work, "tokenizer.model"), os.path.join(d, "tokenizer.model"))
+    tok = {
+        "add_bos_token": True,
+        "add_eos_token": False,
+        "bos_token": {"__type": "AddedToken", "content": BOS, "lstrip": False,
+                      "normalized": True, "rstrip": False, "single_word": False},
+        "chat_template": CHAT_TEMPLATE,
+        "clean_up_tokenization_spaces": False,
+        "eos_token": {"__type": "AddedToken", "content": EOS, "lstrip": False,
+                      "normalized": True, "rstrip": False, "single_word": False},
+        "legacy": True,
+        "model_max_length": cfg["max_position_embeddings"],
+        "pad_token": None,
+        "sp_model_kwargs": {},
+        "spaces_between_special_tokens": False,
+        "tokenizer_class": "LlamaTokenizer",
+        "unk_token": {"__type": "AddedToken", "content": "<unk>", "lstrip": False,
+                      "normalized": True, "rstrip": False, "single_word": False},
+        "use_default_system_prompt": False,
+    }
+    with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+        json.dump(tok, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+    with open(os.path.join(d, "special_tokens_map.json"), "w") as f:
+        json.dump({"bos_token": BOS, "eos_token": EOS, "unk_token": "<unk>"}, f,
+                  indent=2, ensure_ascii=False)
+        f.write("\n")
+    with open(os.path.join(d, "generation_config.json"), "w") as f:
+        json.dump({"_from_model_config": True, "bos_token_id": cfg["bos_token_id"],
+                   "eos_token_id": cfg["eos_token_id"], "do_sample": True,
+                   "temperature": 0.7, "top_p": 0.95, "transformers_version": cfg["transformers_version"]},
+                  f, indent=2)
+        f.write("\n")
+
+
+def write_config(d, cfg):
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
+def sample(model, sp, prompt_ids, n, temp, top_k, seed, stop=None):
+    """Plain autoregressive sampling with the reference model (full recompute)."""
+    g = torch.Generator().manual_seed(seed)
+    ids = list(prompt_ids)
+    with torch.no_grad():
+        for _ in range(n):
+            lg = model(torch.tensor(ids[-CTX:])[None])[0, -1].double()
+            if temp == 0:
+                t = int(lg.argmax())
+            else:
+                v, ix = (lg / temp).topk(top_k)
+                t = int(ix[torch.multinomial(v.softmax(-1), 1, generator=g)])
+            if t == stop:
+                break
+            ids.append(t)
+    return sp.decode(ids[len(prompt_ids):])
+
+
+def plot_loss(work, out, ppl):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    rows = list(csv.DictReader(open(os.path.join(work, "loss.csv"))))
+    tok = np.array([float(r["tokens"]) for r in rows]) / 1e6
+    loss = np.array([float(r["loss"]) for r in rows])
+    k = 25
+    sm = np.convolve(loss, np.ones(k) / k, mode="valid")
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+    ax.plot(tok, loss, color="#bbbbbb", lw=0.8, label="training loss (per step)")
+    ax.plot(tok[k - 1:], sm, color="#1f5fa8", lw=1.8, label="running mean of %d steps" % k)
+    ax.axhline(math.log(ppl), color="#c0392b", ls="--", lw=1.2,
+               label="held-out, bf16 weights: ln(ppl %.2f) = %.3f" % (ppl, math.log(ppl)))
+    ax.set_xlabel("training tokens (millions)")
+    ax.set_ylabel("cross-entropy (nats/token)")
+    ax.set_title("ds demo model (deepseek_v2, %.1fM params) on Jane Austen" % (model_params(CONFIG) / 1e6))
+    ax.set_ylim(max(0, sm.min() - 0.5), min(loss.max(), 8.5))
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "loss.png"))
+
+
+def model_params(cfg):
+    return sum(p.numel() for p in ref.CausalLM(cfg).parameters())
+
+
+def export(work, out, group_size=64):
+    cfg = dict(CONFIG)
+    torch.manual_seed(SEED)
+    torch.set_num_threads(1)
+    torch.set_grad_enabled(False)
+    import sentencepiece as spm
+    sp = spm.SentencePieceProcessor(model_file=os.path.join(work, "tokenizer.model"))
+    model = ref.CausalLM(cfg)
+    model.load_state_dict(torch.load(os.path.join(work, "train.pt")))
+    model.eval()
+    os.makedirs(out, exist_ok=True)
+    # --- bf16 checkpoint
+    tens = {k: ("BF16", bf16_bytes(v), v.shape) for k, v in model.state_dict().items()}
+    write_safetensors(os.path.join(out, "model.safetensors"), tens)
+    write_config(out, cfg)
+    write_tokenizer_files(work, out, cfg)
+    # --- AWQ copy: calibration on 16 training windows
+    data = np.load(os.path.join(work, "train.npy")).astype(np.int64)
+    g = torch.Generator().manual_seed(SEED + 2)
+    offs = torch.randint(0, len(data) - CTX, (16,), generator=g).tolist()
+    calib = [torch.from_numpy(data[o:o + CTX]) for o in offs]
+    # the float model the AWQ copy is made from is the bf16 one (as AutoAWQ would load it)
+    mb = ref.build_model(out, torch.float64)
+    qm, packed = awq_quantize(mb, calib, group_size)
+    ad = os.path.join(out, "awq")
+    os.makedirs(ad, exist_ok=True)
+    tens = {}
+    for k, v in qm.state_dict().items():
+        p = k[:-len(".weight")]
+        if p in packed:
+            qw, qz, sc = packed[p]
+            tens[p + ".qweight"] = ("I32", qw.astype("<i4").tobytes(), qw.shape)
+            tens[p + ".qzeros"] = ("I32", qz.astype("<i4").tobytes(), qz.shape)
+            tens[p + ".scales"] = ("F16", sc.tobytes(), sc.shape)
+        else:
+            tens[k] = ("BF16", bf16_bytes(v), v.shape)
+    write_safetensors(os.path.join(ad, "model.safetensors"), tens)
+    qcfg = dict(cfg, quantization_config={
+        "bits": 4, "group_size": group_size, "modules_to_not_convert": None,
+        "quant_method": "awq", "version": "gemm", "zero_point": True})
+    write_config(ad, qcfg)
+    write_tokenizer_files(work, ad, cfg)
+    # --- held-out perplexity of the reference on the exported files
+    held = np.load(os.path.join(work, "heldout.npy")).tolist()
+    with open(os.path.join(out, "heldout.ids"), "w") as f:
+        f.write(" ".join(map(str, held)) + "\n")
+    res = {"ctx_size": CTX, "scheme": "forward.py --perplexity (llama-perplexity windows)"}
+    for name, d in (("bf16", out), ("awq_dequant", ad)):
+        m = ref.build_model(d, torch.float64)
+        ppl, n, nw, nll = ref.perplexity(m, held, CTX)
+        res[name] = {"perplexity": ppl, "tokens": n, "windows": nw, "nll_sum": nll}
+        log("held-out perplexity %s: %.4f over %d tokens" % (name, ppl, n))
+    with open(os.path.join(out, "perplexity.json"), "w") as f:
+        json.dump(res, f, indent=2)
+        f.write("\n")
+    # --- samples and the loss plot
+    mb.set_mla_mode("naive")
+    prompts = [("It was a fine morning, and", False),
+               ("User: What do you think of Mr. Darcy?\n\nAssistant:", True)]
+    samples = []
+    for text, chat in prompts:
+        ids = [sp.bos_id()] + sp.encode(text)
+        out_text = sample(mb, sp, ids, 80, 0.7, 40, SEED, stop=sp.eos_id() if chat else None)
+        samples.append({"prompt": text, "ids": ids, "continuation": out_text})
+        log("sample: %r -> %r" % (text, out_text))
+    with open(os.path.join(out, "samples.json"), "w") as f:
+        json.dump(samples, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+    with open(os.path.join(out, "prompt.txt"), "w") as f:
+        f.write(prompts[0][0] + "\n")
+    import shutil
+    shutil.copy(os.path.join(work, "loss.csv"), os.path.join(out, "loss.csv"))
+    plot_loss(work, out, res["bf16"]["perplexity"])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=os.path.join(HERE, "..", "testdata", "demo"))
