@@ -481,12 +481,6 @@ int ds_hparams_check(const ds_hparams *hp, const char *file, ds_err *err)
 	CHECK(hp->n_head_kv >= 1 && hp->n_head_kv <= hp->n_head &&
 	      hp->n_head % hp->n_head_kv == 0, "%s: num_key_value_heads %u does "
 	      "not divide num_attention_heads %u", file, hp->n_head_kv, hp->n_head);
-	CHECK(hp->head_dim >= 2 && hp->head_dim % 2 == 0, "%s: head dimension %u "
-	      "is not even", file, hp->head_dim);
-	CHECK(hp->norm_eps > 0 && hp->norm_eps < 1, "%s: rms_norm_eps %g is not in "
-	      "(0, 1)", file, hp->norm_eps);
-	if (check_rope(hp, file, err) || check_moe(hp, file, err))
-		return -1;
 	if (hp->arch == DS_ARCH_DEEPSEEK2) {
 		CHECK(hp->kv_lora_rank >= 1 && hp->qk_nope_head_dim >= 1 &&
 		      hp->v_head_dim >= 1, "%s: an MLA dimension is 0", file);
@@ -500,6 +494,12 @@ int ds_hparams_check(const ds_hparams *hp, const char *file, ds_err *err)
 		      hp->n_expert == 0, "%s: MLA or MoE fields set for %s", file,
 		      ds_arch_name(hp->arch));
 	}
+	CHECK(hp->head_dim >= 2 && hp->head_dim % 2 == 0, "%s: head dimension %u "
+	      "is not even", file, hp->head_dim);
+	CHECK(hp->norm_eps > 0 && hp->norm_eps < 1, "%s: rms_norm_eps %g is not in "
+	      "(0, 1)", file, hp->norm_eps);
+	if (check_rope(hp, file, err) || check_moe(hp, file, err))
+		return -1;
 	CHECK(hp->bos_token_id < (int64_t)hp->n_vocab, "%s: bos_token_id %lld is "
 	      "not below vocab_size %u", file, (long long)hp->bos_token_id,
 	      hp->n_vocab);

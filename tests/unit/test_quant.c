@@ -475,7 +475,8 @@ static void rtn_case(enum ds_dtype dt, uint64_t n, uint64_t k, uint32_t g,
 				lo = fminf(lo, x[i]), hi = fmaxf(hi, x[i]);
 				amax = fmaxf(amax, fabsf(x[i]));
 			}
-			step = dt == DS_Q4 ? (hi - lo) / 15 : amax / 127;
+			step = dt == DS_Q4 ? (fmaxf(hi, 0) - fminf(lo, 0)) / 15
+					   : amax / 127;
 			worst = fmax(worst, fabs(row[c] - x[c]) / step);
 			T_CHECKF(fabsf(row[c] - x[c]) <=
 				 step * (dt == DS_Q4 ? Q4_ERR_STEPS : Q8_ERR_STEPS) + 1e-6f,
