@@ -78,9 +78,10 @@ void ds_pack_q8(uint8_t *dst, const int8_t *q, const uint16_t *scale,
 void ds_pack_bf16(uint8_t *dst, const uint16_t *w, uint64_t n, uint64_t k);
 
 /* Round-to-nearest quantization of float weights, then packing.
- * q4: asymmetric, s = max(max - min, 1e-5) / 15, z = clamp(round(-min/s)),
- *     q = clamp(round(w/s) + z)  (the AutoAWQ rule, with s rounded to fp16
- *     first so q and z are chosen for the stored scale).
+ * q4: asymmetric over [lo, hi] = [min(min, 0), max(max, 0)] (GPTQ's range,
+ *     so z never clamps): s = max(hi - lo, 1e-5) / 15, z = round(-lo/s),
+ *     q = clamp(round(w/s) + z)  (s rounded to fp16 first so q and z are
+ *     chosen for the stored scale); error within half a step.
  * q8: symmetric, s = max|w| / 127, q = round(w/s).
  * Temporary memory is taken per row; returns -1 only on allocation failure. */
 int ds_quantize_q4(uint8_t *dst, const float *w, uint64_t n, uint64_t k,
