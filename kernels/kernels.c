@@ -170,6 +170,22 @@ ds_mat ds_mat_make(ds_ttype t, const void *data, uint64_t n, uint64_t k,
 	m.kp = ds_ttype_interleaved(t) ? ds_kpad(t, k) : k;
 	m.rs_bytes = ds_ttype_interleaved(t) ? ds_rowset_bytes(t, k) : 0;
 	m.perm = perm;
+	m.ne = 1;
+	m.e_bytes = ds_ttype_interleaved(t) ? m.rs_bytes * ((n + DS_ROWSET - 1) / DS_ROWSET)
+					     : n * k * (t.dt == DS_F16 ? 2 : 4);
+	return m;
+}
+
+ds_mat ds_mat_from_rowset(const ds_mat *w, uint64_t rs0)
+{
+	ds_mat m = *w;
+	uint64_t r0 = rs0 * DS_ROWSET;
+
+	if (ds_ttype_interleaved(w->type))
+		m.data += rs0 * w->rs_bytes;
+	else
+		m.data += r0 * w->k * (w->type.dt == DS_F16 ? 2 : 4);
+	m.n = w->n > r0 ? w->n - r0 : 0;
 	return m;
 }
 

@@ -63,12 +63,16 @@ typedef struct ds_mat {
 	uint64_t rs_bytes;     /* bytes per row-set (interleaved types) */
 	const int32_t *perm;   /* [k] act-order input permutation or NULL
 				  (applied when the activations are prepared) */
+	uint64_t ne;           /* experts of a 3-D [ne, n, k] tensor, else 1 */
+	uint64_t e_bytes;      /* bytes of one expert's matrix */
 } ds_mat;
 
 /* The view of a [n, k] matrix of type t at data (no checks: ds_mat_init in
  * ops.h validates a tensor from a model file). */
 ds_mat ds_mat_make(ds_ttype t, const void *data, uint64_t n, uint64_t k,
 		   const int32_t *perm);
+/* The rows from row-set rs0 on, as a matrix of its own (n - 16 rs0 rows). */
+ds_mat ds_mat_from_rowset(const ds_mat *w, uint64_t rs0);
 
 /* T rows of activations prepared for a matrix kernel.  Only the form the
  * weight type reads must be set (see the top of this file). */
