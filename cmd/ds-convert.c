@@ -118,7 +118,8 @@ int main(int argc, char **argv)
 	memset(&o, 0, sizeof o);
 	o.group_size = 32;
 	o.threads = default_threads();
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+	opterr = 0; /* our own messages, named ds-convert */
+	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'f': o.force = 1; break;
 		case 'F':
@@ -150,7 +151,8 @@ int main(int argc, char **argv)
 			break;
 		case 'V': verify = optarg; break;
 		case 'v': printf("ds-convert %s\n", DS_VERSION); return 0;
-		default: usage(stderr); return 2;
+		case ':': return bad_usage("option needs a value", argv[optind - 1]);
+		default: return bad_usage("unknown option", argv[optind - 1]);
 		}
 	}
 	if (optind < argc)

@@ -39,7 +39,7 @@ architectures
                                       shape [N,K]), "norm", "bias", "embed",
                                       "router", "bias_f32", "mtp"
     quantizable(module) -> bool       what AutoAWQ/GPTQ quantize
-    ds_name(module) -> (ds_name, expert or None)   ds-model(5) names
+    ds_name(module or tensor) -> (ds_name, expert or None)   ds-model(5) names
 
 ds-model(5) runtime files (the layouts, written from the man page)
     read_ds_model(dir) -> (meta, {name: (entry, bytes)})
@@ -506,14 +506,31 @@ _DS_NAMES = {
 }
 
 
+_DS_VECTORS = {
+    "input_layernorm.weight": "attn_norm",
+    "post_attention_layernorm.weight": "ffn_norm",
+    "self_attn.q_a_layernorm.weight": "attn_q_a_norm",
+    "self_attn.kv_a_layernorm.weight": "attn_kv_a_norm",
+    "self_attn.q_proj.bias": "attn_q.bias", "self_attn.k_proj.bias": "attn_k.bias",
+    "self_attn.v_proj.bias": "attn_v.bias",
+    "mlp.gate.e_score_correction_bias": "exp_probs_b",
+}
+
+
 def ds_name(module):
-    """HF module -> (ds tensor name, expert index or None)."""
-    if module == "lm_head":
-        return "output", None
-    if module == "model.embed_tokens":
-        return "token_embd", None
+    """HF module ("model.layers.3.mlp.experts.5.up_proj") or tensor
+    ("model.layers.3.input_layernorm.weight") -> (ds name, expert or None)."""
+    top = {"lm_head": "output", "model.embed_tokens": "token_embd",
+           "model.norm.weight": "output_norm", "lm_head.weight": "output",
+           "model.embed_tokens.weight": "token_embd"}
+    if module in top:
+        return top[module], None
     parts = module.split(".")
     L, rest = int(parts[2]), ".".join(parts[3:])
+    if rest in _DS_VECTORS:
+        return "blk.%d.%s" % (L, _DS_VECTORS[rest]), None
+    if rest.endswith(".weight"):
+        rest = rest[:-7]
     if rest.startswith("mlp.experts."):
         e, proj = int(parts[5]), parts[6]
         return "blk.%d.ffn_%s_exps" % (L, proj[:-5]), e

@@ -9,6 +9,7 @@
 #include "hfconfig.h"
 
 #define MAX_CONFIG_BYTES (16u << 20)
+#define PARALLEL_MIN (1u << 20) /* weights */
 
 /* ---- the plan ------------------------------------------------------------------ */
 
@@ -313,16 +314,18 @@ static int run_source(ctx *c, const item *it, const src *s, int32_t *prow,
 	const ds_tdesc *d = it->d;
 	uint64_t n = d->ndim == 1 ? 1 : d->shape[d->ndim - 2];
 	uint64_t k = d->shape[d->ndim - 1];
+	/* threads only pay for themselves on matrices of some size */
+	int th = n * k >= PARALLEL_MIN ? c->o->threads : 1;
 
 	if (s->w != NULL) {
 		ds_st_prefetch(&c->st, s->w);
 		if (ds_rtn_matrix(c->buf, it->type, s->w->data, s->w->dtype, n, k,
-				  c->o->threads, err))
+				  th, err))
 			return ds_err_prefix(err, "%s", s->w->name);
 		return 0;
 	}
 	return ds_quant_repack(&c->qc, &s->q, it->type, c->buf, prow,
-			       &c->stats->q, c->o->threads, err);
+			       &c->stats->q, th, err);
 }
 
 static void ident(int32_t *p, uint64_t k)

@@ -5,6 +5,7 @@
 #include <archive_entry.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -81,9 +82,37 @@ static int check_entry(struct archive_entry *e, const char *name,
 		       "symbolic link", arc, name);
 }
 
-static int copy_data(struct archive *a, struct archive *w, uint64_t *total,
-		     uint64_t limit, const char *arc, const char *name,
-		     const volatile sig_atomic_t *cancel, ds_err *err)
+/* Open (creating) the directory holding the last component of name,
+ * below dirfd, never following a symbolic link; *base is that component. */
+static int open_parent(int dirfd, char *name, char **base)
+{
+	int fd = dup(dirfd);
+	char *c = name, *slash;
+
+	while (fd >= 0 && (slash = strchr(c, '/')) != NULL) {
+		int nfd;
+
+		*slash = '\0';
+		if (*c != '\0' && strcmp(c, ".") != 0) {
+			if (mkdirat(fd, c, 0755) != 0 && errno != EEXIST)
+				nfd = -1;
+			else
+				nfd = openat(fd, c, O_RDONLY | O_DIRECTORY |
+						     O_NOFOLLOW | O_CLOEXEC);
+			close(fd);
+			fd = nfd;
+		}
+		*slash = '/';
+		c = slash + 1;
+	}
+	*base = c;
+	return fd;
+}
+
+static int write_file(struct archive *a, int fd, la_int64_t size,
+		      uint64_t *total, uint64_t limit, const char *arc,
+		      const char *name, const volatile sig_atomic_t *cancel,
+		      ds_err *err)
 {
 	const void *buf;
 	size_t len;
@@ -94,8 +123,10 @@ static int copy_data(struct archive *a, struct archive *w, uint64_t *total,
 		if (cancel != NULL && *cancel)
 			return ds_errf(err, "interrupted");
 		r = archive_read_data_block(a, &buf, &len, &off);
-		if (r == ARCHIVE_EOF)
-			return 0;
+		if (r == ARCHIVE_EOF) /* a trailing hole of a sparse file */
+			return size < 0 || ftruncate(fd, (off_t)size) == 0 ? 0 :
+				ds_errf(err, "%s: entry \"%.200s\": %s", arc, name,
+					strerror(errno));
 		if (r != ARCHIVE_OK)
 			return ds_errf(err, "%s: entry \"%.200s\": %s", arc, name,
 				       archive_error_string(a));
@@ -104,35 +135,91 @@ static int copy_data(struct archive *a, struct archive *w, uint64_t *total,
 			return ds_errf(err, "%s: extracting it needs more than the "
 				       "%llu bytes free", arc,
 				       (unsigned long long)limit);
-		if (archive_write_data_block(w, buf, len, off) != ARCHIVE_OK)
-			return ds_errf(err, "%s: entry \"%.200s\": %s", arc, name,
-				       archive_error_string(w));
+		while (len > 0) {
+			ssize_t w = pwrite(fd, buf, len, (off_t)off);
+
+			if (w < 0 && errno == EINTR)
+				continue;
+			if (w <= 0)
+				return ds_errf(err, "%s: entry \"%.200s\": write: %s",
+					       arc, name, strerror(errno));
+			buf = (const uint8_t *)buf + w;
+			len -= (size_t)w;
+			off += w;
+		}
 	}
+}
+
+/* One entry below dirfd: a file, a directory or a symbolic link. */
+static int put_entry(struct archive *a, struct archive_entry *e, int dirfd,
+		     const char *name, uint64_t *total, uint64_t limit,
+		     const char *arc, const volatile sig_atomic_t *cancel,
+		     ds_err *err)
+{
+	char *path = strdup(name), *base;
+	mode_t type = archive_entry_filetype(e);
+	int pfd, fd, rc = -1;
+
+	if (path == NULL)
+		return ds_errf(err, "%s: out of memory", arc);
+	while (strlen(path) > 1 && path[strlen(path) - 1] == '/')
+		path[strlen(path) - 1] = '\0';
+	pfd = open_parent(dirfd, path, &base);
+	if (pfd < 0) {
+		ds_errf(err, "%s: entry \"%.200s\": %s", arc, name, errno == ELOOP ||
+			errno == ENOTDIR ? "through a symbolic link or a file" :
+			strerror(errno));
+		goto out;
+	}
+	if (type == AE_IFDIR) {
+		if (mkdirat(pfd, base, 0755) == 0 || errno == EEXIST)
+			rc = 0;
+	} else if (type == AE_IFLNK) {
+		if (symlinkat(archive_entry_symlink(e), pfd, base) == 0)
+			rc = 0;
+	} else {
+		fd = openat(pfd, base, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
+					       O_CLOEXEC, 0644);
+		if (fd >= 0) {
+			rc = write_file(a, fd, archive_entry_size_is_set(e) ?
+						archive_entry_size(e) : -1, total, limit,
+					arc, name, cancel, err);
+			close(fd);
+			close(pfd);
+			free(path);
+			return rc;
+		}
+	}
+	if (rc)
+		ds_errf(err, "%s: entry \"%.200s\": %s", arc, name, strerror(errno));
+	close(pfd);
+out:
+	free(path);
+	return rc;
 }
 
 static int extract(const char *arc, const char *dir,
 		   const volatile sig_atomic_t *cancel, ds_err *err)
 {
-	struct archive *a = archive_read_new(), *w = archive_write_disk_new();
+	struct archive *a = archive_read_new();
 	struct archive_entry *e;
 	uint64_t total = 0, limit = space_left(dir), n = 0;
-	int r, rc = -1;
+	int r, rc = -1, dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 
 	archive_read_support_filter_all(a);
 	archive_read_support_format_tar(a);
 	archive_read_support_format_gnutar(a);
 	archive_read_support_format_zip(a);
-	archive_write_disk_set_options(w, ARCHIVE_EXTRACT_SECURE_SYMLINKS |
-					   ARCHIVE_EXTRACT_SECURE_NODOTDOT |
-					   ARCHIVE_EXTRACT_SECURE_NOABSOLUTEPATHS |
-					   ARCHIVE_EXTRACT_NO_OVERWRITE);
+	if (dirfd < 0) {
+		ds_errf(err, "%s: %s", dir, strerror(errno));
+		goto out;
+	}
 	if (archive_read_open_filename(a, arc, 1 << 16) != ARCHIVE_OK) {
 		ds_errf(err, "%s: %s", arc, archive_error_string(a));
 		goto out;
 	}
 	while ((r = archive_read_next_header(a, &e)) == ARCHIVE_OK) {
 		const char *name = strip_dot(archive_entry_pathname(e));
-		char *full;
 
 		if (++n > MAX_ENTRIES) {
 			ds_errf(err, "%s: more than %d entries", arc, MAX_ENTRIES);
@@ -140,28 +227,9 @@ static int extract(const char *arc, const char *dir,
 		}
 		if (*name == '\0' && archive_entry_filetype(e) == AE_IFDIR)
 			continue; /* "./" itself */
-		if (check_entry(e, name, arc, err))
+		if (check_entry(e, name, arc, err) ||
+		    put_entry(a, e, dirfd, name, &total, limit, arc, cancel, err))
 			goto out;
-		full = ds_path_join(dir, name);
-		if (full == NULL) {
-			ds_errf(err, "%s: out of memory", arc);
-			goto out;
-		}
-		archive_entry_set_pathname(e, full);
-		free(full);
-		if (archive_write_header(w, e) != ARCHIVE_OK) {
-			ds_errf(err, "%s: entry \"%.200s\": %s", arc, name,
-				archive_error_string(w));
-			goto out;
-		}
-		if (archive_entry_filetype(e) == AE_IFREG &&
-		    copy_data(a, w, &total, limit, arc, name, cancel, err))
-			goto out;
-		if (archive_write_finish_entry(w) != ARCHIVE_OK) {
-			ds_errf(err, "%s: entry \"%.200s\": %s", arc, name,
-				archive_error_string(w));
-			goto out;
-		}
 	}
 	if (r != ARCHIVE_EOF) {
 		ds_errf(err, "%s: %s", arc, archive_error_string(a));
@@ -173,8 +241,9 @@ static int extract(const char *arc, const char *dir,
 	}
 	rc = 0;
 out:
+	if (dirfd >= 0)
+		close(dirfd);
 	archive_read_free(a);
-	archive_write_free(w);
 	return rc;
 }
 
