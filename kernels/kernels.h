@@ -137,10 +137,7 @@ typedef struct ds_attn_job {
 #define DS_ATTN_SCRATCH(g, kdim, vdim) \
 	((size_t)(g) * (DS_ATTN_CHUNK + 4) + (size_t)(kdim) + (size_t)(vdim) + 64)
 
-enum ds_rope_style {
-	DS_ROPE_NEOX,          /* pairs (x[i], x[i + dim/2]): Llama, Qwen2 */
-	DS_ROPE_INTERLEAVED,   /* pairs (x[2i], x[2i+1]): DeepSeek */
-};
+/* enum ds_rope_style is in types.h (shared with the hyper-parameters). */
 
 typedef struct ds_kernels {
 	const char *name;      /* "scalar", "avx2", "avx2+avxvnni", "avx512" */
