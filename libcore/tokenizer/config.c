@@ -6,6 +6,9 @@
 
 #include "tok_int.h"
 
+/* (model_max_length can be 1e30: integers are read as reals, which the
+ * settings used here do not care about) */
+
 /* A token given as a string or as {"content": ...}; its id or -1. */
 static int32_t token_id(const struct tb_builder *b, json_t *v)
 {
@@ -91,7 +94,7 @@ int ds_tok_read_config(struct tb_builder *b, const char *config, ds_err *err)
 	int rc = -1;
 
 	if (config != NULL) {
-		root = json_load_file(config, 0, &je);
+		root = json_load_file(config, JSON_DECODE_INT_AS_REAL, &je);
 		if (root == NULL)
 			return ds_errf(err, "%s: line %d: %s", config, je.line,
 				       je.text);

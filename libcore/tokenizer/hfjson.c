@@ -385,7 +385,7 @@ static int read_vocab(struct tb_builder *b, json_t *vocab, json_t *added,
 {
 	uint32_t cp_of[256];
 	int16_t byte_of[0x144];
-	json_int_t maxid = -1;
+	json_int_t maxid = -1, amax = -1, *aid = NULL;
 	const char *k;
 	json_t *v, *e;
 	size_t i;
@@ -399,18 +399,44 @@ static int read_vocab(struct tb_builder *b, json_t *vocab, json_t *added,
 			return ds_errf(err, "vocab: %s: bad id", k);
 		maxid = id > maxid ? id : maxid;
 	}
+	/* Added tokens get their ids as Hugging Face assigns them on load
+	 * (AddedVocabulary::add_tokens), whatever "id" says: the model vocab's
+	 * id if the content is in it, else the next after the largest so far
+	 * (at least the vocab's size). */
+	aid = calloc(json_array_size(added) + 1, sizeof *aid);
+	if (aid == NULL)
+		return ds_errf(err, "out of memory");
 	json_array_foreach(added, i, e) {
-		json_int_t id = json_integer_value(json_object_get(e, "id"));
+		const char *c = jstr(e, "content");
+		json_t *inv = c ? json_object_get(vocab, c) : NULL;
+		json_int_t id = -1;
 
-		if (id < 0 || id >= TB_MAX_VOCAB || jstr(e, "content") == NULL)
-			return ds_errf(err, "added_tokens[%zu]: bad id or content",
-				       i);
+		if (c == NULL) {
+			free(aid);
+			return ds_errf(err, "added_tokens[%zu]: no content", i);
+		}
+		if (inv != NULL)
+			id = json_integer_value(inv);
+		for (size_t j = 0; j < i && id < 0; j++)
+			if (strcmp(jstr(json_array_get(added, j), "content"), c) == 0)
+				id = aid[j];
+		if (id < 0) {
+			json_int_t nv = (json_int_t)json_object_size(vocab);
+
+			id = amax < 0 ? nv : (amax >= nv ? amax + 1 : nv);
+		}
+		if (id >= TB_MAX_VOCAB) {
+			free(aid);
+			return ds_errf(err, "added_tokens[%zu]: id %lld", i, (long long)id);
+		}
+		aid[i] = id;
+		amax = id > amax ? id : amax;
 		maxid = id > maxid ? id : maxid;
 	}
-	if (maxid < 0)
-		return ds_errf(err, "empty vocabulary");
-	if (tb_set_vocab_size(b, (uint32_t)maxid + 1, err) != 0)
-		return -1;
+	if (maxid < 0 || tb_set_vocab_size(b, (uint32_t)maxid + 1, err) != 0) {
+		free(aid);
+		return maxid < 0 ? ds_errf(err, "empty vocabulary") : -1;
+	}
 	byte_map(cp_of);
 	memset(byte_of, 0xff, sizeof byte_of);
 	for (int c = 0; c < 256; c++)
@@ -458,7 +484,7 @@ static int read_vocab(struct tb_builder *b, json_t *vocab, json_t *added,
 		}
 	}
 	json_array_foreach(added, i, e) {
-		uint32_t id = (uint32_t)json_integer_value(json_object_get(e, "id"));
+		uint32_t id = (uint32_t)aid[i];
 		const char *c = jstr(e, "content");
 		int special = jbool(e, "special", 0);
 		uint32_t attr = TA_ADDED | (special ? TA_SPECIAL : 0);
@@ -483,6 +509,7 @@ static int read_vocab(struct tb_builder *b, json_t *vocab, json_t *added,
 	}
 	rc = 0;
 out:
+	free(aid);
 	tb_buf_free(&tmp);
 	return rc;
 }
