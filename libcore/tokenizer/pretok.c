@@ -301,22 +301,93 @@ static int class_ranges(const struct uclass *c, int neg, struct ranges *out)
 	return rc;
 }
 
-/* Emit the ranges of class c (or its complement) for use inside [...]. */
+static int emit_list(tb_buf *o, const struct ranges *r)
+{
+	int rc = 0;
+
+	for (size_t i = 0; i < r->n && rc == 0; i++) {
+		char t[40];
+
+		if (r->v[i][0] == r->v[i][1])
+			snprintf(t, sizeof t, "\\x{%x}", r->v[i][0]);
+		else
+			snprintf(t, sizeof t, "\\x{%x}-\\x{%x}", r->v[i][0],
+				 r->v[i][1]);
+		rc = put(o, t);
+	}
+	return rc;
+}
+
+/* Short form of a category class, when the PCRE2 at hand has the Unicode
+ * tables unitab.c was made against: PCRE2's own properties plus the code
+ * points whose category changed since (almost all newly assigned ones).
+ * 1 if emitted, 0 if the class needs explicit ranges (a code point left
+ * one of its categories since, or Cn is in it), -1 on error. */
+static int emit_short(tb_buf *o, const struct uclass *c)
+{
+	static const char groups[] = "LMNPSZC";
+	char ver[32] = "";
+	struct ranges add = { 0 };
+	uint32_t rest = c->cats;
+	int rc = 0;
+
+	if (pcre2_config(PCRE2_CONFIG_UNICODE_VERSION, ver) < 0 ||
+	    strcmp(ver, ds_uni_base_version) != 0 || (c->cats & 1))
+		return 0;
+	for (uint32_t i = 0; i < ds_uni_ndiff; i++) {
+		int was = (c->cats >> ds_uni_diff[i][2]) & 1;
+		int is = (c->cats >> ds_uni_diff[i][3]) & 1;
+
+		if (was && !is) {
+			free(add.v);
+			return 0;
+		}
+		if (is && !was)
+			rc |= range_add(&add, ds_uni_diff[i][0], ds_uni_diff[i][1]);
+	}
+	if (c->word)
+		for (uint32_t i = 0; i < ds_uni_nword_extra; i++)
+			rc |= range_add(&add, ds_uni_word_extra[i][0],
+					ds_uni_word_extra[i][1]);
+	for (const char *g = groups; *g && rc == 0; g++) {
+		uint32_t m = group_bits(*g);
+		char t[16];
+
+		if ((rest & m) == m) {
+			snprintf(t, sizeof t, "\\p{%c}", *g);
+			rc = put(o, t);
+			rest &= ~m;
+		}
+	}
+	for (int i = 1; i < DS_UNI_NCAT && rc == 0; i++)
+		if ((rest >> i) & 1) {
+			char t[16];
+
+			snprintf(t, sizeof t, "\\p{%s}", ds_uni_cat_names[i]);
+			rc = put(o, t);
+		}
+	if (rc == 0)
+		rc = emit_list(o, &add);
+	free(add.v);
+	return rc ? -1 : 1;
+}
+
+/* Emit class c (or its complement) for use inside [...]. */
 static int emit_ranges(tb_buf *o, const struct uclass *c, int neg)
 {
 	struct ranges r = { 0 };
-	int rc = class_ranges(c, neg, &r);
+	int rc;
 
-	for (size_t i = 0; i < r.n && rc == 0; i++) {
-		char t[40];
+	if (!neg && !c->space && !c->hex) {
+		int k = emit_short(o, c);
 
-		if (r.v[i][0] == r.v[i][1])
-			snprintf(t, sizeof t, "\\x{%x}", r.v[i][0]);
-		else
-			snprintf(t, sizeof t, "\\x{%x}-\\x{%x}", r.v[i][0],
-				 r.v[i][1]);
-		rc = put(o, t);
+		if (k != 0)
+			return k < 0 ? -1 : 0;
 	}
+	rc = class_ranges(c, neg, &r);
+
+	if (rc == 0)
+		rc = emit_list(o, &r);
 	free(r.v);
 	return rc;
 }
@@ -407,6 +478,7 @@ char *tk_onig_to_pcre2(const char *pat, size_t n, ds_err *err)
 				if (in_cls) {
 					rc = emit_ranges(&o, &uc, neg);
 				} else {
+					/* outside a class: [...] or [^...] */
 					rc = put(&o, neg ? "[^" : "[");
 					rc |= emit_ranges(&o, &uc, 0);
 					rc |= put(&o, "]");

@@ -6,7 +6,10 @@
  * tokenizer.bin, version 1 (all integers little-endian):
  *   header (struct tb_header, 128 bytes)
  *   section table: n_sect x struct tb_sect
- *   sections, each at an 8-byte aligned offset
+ *   sections, each at an 8-byte aligned offset: first the small ones that
+ *   opening reads (byte ids, added-token info, the two programs), then the
+ *   pool (whose start holds the programs' strings), then the big tables,
+ *   so that opening a file touches only its first page
  * Strings live in the POOL section and are referred to by (offset, length).
  * Lookup tables are open-addressing hash tables with a power-of-two number
  * of u32 slots (0 empty, else index + 1), probed linearly from
@@ -75,8 +78,8 @@ struct tb_header {
 	uint32_t model, flags, n_vocab, n_sect;
 	int32_t bos, eos, eot, unk, pad;
 	float min_score, max_score; /* SP Unigram: over NORMAL pieces */
-	uint32_t chat_off, chat_len;  /* chat template name, in the pool */
-	uint32_t reserved[12];
+	char chat[32];              /* chat template name, NUL-terminated */
+	uint32_t reserved[6];
 };
 
 enum tb_sect_kind {
@@ -93,6 +96,7 @@ enum tb_sect_kind {
 	TS_CHARSMAP,        /* SP precompiled_charsmap blob */
 	TS_NORM,            /* struct tb_op [] normalizer program */
 	TS_PRETOK,          /* struct tb_op [] pre-tokenizer program */
+	TS_ADDED_INFO,      /* struct tb_added_info [1] */
 	TS_NKIND
 };
 
@@ -121,6 +125,15 @@ struct tb_trie {
 	uint32_t off, len;
 	int32_t id;
 	uint32_t hash;
+};
+
+/* What the added-token matcher needs to know up front (so that opening a
+ * file never walks its tables). */
+struct tb_added_info {
+	uint32_t max_len;      /* longest added token key, bytes */
+	uint32_t has_norm;     /* some added token is matched after normalizing */
+	uint8_t first_raw[32]; /* bitmap of first bytes, not normalized ones */
+	uint8_t first_norm[32]; /* ... normalized ones */
 };
 
 /* Program steps: op, small integer arguments, two strings. */
@@ -171,9 +184,8 @@ struct ds_tok {
 	uint32_t charsmap_len;
 	const struct tb_op *norm, *pretok;
 	uint32_t n_norm, n_pretok;
-	uint32_t max_added_len;     /* longest added token content */
-	uint8_t first_raw[32], first_norm[32]; /* bitmaps: first bytes of
-						  added tokens, per class */
+	uint32_t max_added_len;     /* from struct tb_added_info */
+	const uint8_t *first_raw, *first_norm;
 	int has_norm_added;
 	/* compiled regexes, one per program step (NULL where none);
 	 * immutable after load and shared by all threads */

@@ -274,6 +274,27 @@ static int build_trie(const struct tb_builder *b, uint32_t want,
 	return 0;
 }
 
+static void added_info(const struct tb_builder *b, struct tb_added_info *ai)
+{
+	memset(ai, 0, sizeof *ai);
+	for (uint32_t i = 0; i < b->n_tok; i++) {
+		const struct tb_token *t = &b->tok[i];
+		uint8_t c;
+
+		if (!(t->attr & TA_ADDED) || t->text_len == 0)
+			continue;
+		c = b->pool.p[t->text_off];
+		if (t->attr & TA_NORMALIZED) {
+			ai->first_norm[c >> 3] |= (uint8_t)(1u << (c & 7));
+			ai->has_norm = 1;
+		} else {
+			ai->first_raw[c >> 3] |= (uint8_t)(1u << (c & 7));
+		}
+		if (t->text_len > ai->max_len)
+			ai->max_len = t->text_len;
+	}
+}
+
 struct layout {
 	struct tb_sect s[TS_NKIND];
 	const void *data[TS_NKIND];
@@ -299,17 +320,12 @@ int tb_finish(struct tb_builder *b, uint8_t **out, size_t *len, ds_err *err)
 	uint32_t *ph = NULL, *eh = NULL;
 	struct tb_merge *mg = NULL;
 	struct trie_out added = { 0 }, uni = { 0 };
+	struct tb_added_info ai;
 	int rc = -1, bad;
 	uint8_t *img = NULL;
 
-	if (b->chat[0] != '\0') {
-		int64_t off = tb_str(b, b->chat, strlen(b->chat), err);
-
-		if (off < 0)
-			return -1;
-		h.chat_off = (uint32_t)off;
-		h.chat_len = (uint32_t)strlen(b->chat);
-	}
+	memcpy(h.chat, b->chat, sizeof h.chat);
+	h.chat[sizeof h.chat - 1] = '\0';
 	ph = build_token_hash(b, 0, &np);
 	eh = build_token_hash(b, 1, &ne);
 	if (b->model == TB_HF_BPE)
@@ -323,6 +339,13 @@ int tb_finish(struct tb_builder *b, uint8_t **out, size_t *len, ds_err *err)
 		goto out;
 	}
 	l.end = sizeof h + TS_NKIND * sizeof(struct tb_sect);
+	added_info(b, &ai);
+	lay(&l, TS_BYTE_IDS, b->byte_ids, 256, sizeof b->byte_ids);
+	lay(&l, TS_ADDED_INFO, &ai, 1, sizeof ai);
+	lay(&l, TS_NORM, b->norm, b->n_norm,
+	    (uint64_t)b->n_norm * sizeof(struct tb_op));
+	lay(&l, TS_PRETOK, b->pretok, b->n_pretok,
+	    (uint64_t)b->n_pretok * sizeof(struct tb_op));
 	lay(&l, TS_POOL, b->pool.p, (uint32_t)b->pool.n, b->pool.n);
 	lay(&l, TS_TOKENS, b->tok, b->n_tok,
 	    (uint64_t)b->n_tok * sizeof *b->tok);
@@ -330,7 +353,6 @@ int tb_finish(struct tb_builder *b, uint8_t **out, size_t *len, ds_err *err)
 	lay(&l, TS_ENC_HASH, eh, ne, (uint64_t)ne * 4);
 	if (mg != NULL)
 		lay(&l, TS_MERGES, mg, nm, (uint64_t)nm * sizeof *mg);
-	lay(&l, TS_BYTE_IDS, b->byte_ids, 256, sizeof b->byte_ids);
 	lay(&l, TS_ADDED_SLOTS, added.slots, added.nslots,
 	    (uint64_t)added.nslots * 4);
 	lay(&l, TS_ADDED_ENTS, added.ents, added.n,
@@ -344,10 +366,6 @@ int tb_finish(struct tb_builder *b, uint8_t **out, size_t *len, ds_err *err)
 	if (b->charsmap_len > 0)
 		lay(&l, TS_CHARSMAP, b->pool.p + b->charsmap_off, b->charsmap_len,
 		    b->charsmap_len);
-	lay(&l, TS_NORM, b->norm, b->n_norm,
-	    (uint64_t)b->n_norm * sizeof(struct tb_op));
-	lay(&l, TS_PRETOK, b->pretok, b->n_pretok,
-	    (uint64_t)b->n_pretok * sizeof(struct tb_op));
 
 	memcpy(h.magic, TB_MAGIC, 8);
 	h.version = TB_VERSION;
@@ -432,27 +450,6 @@ static int check_ops(ds_tok *t, const struct tb_op *ops, uint32_t n,
 				       t->name, what, i, o->op);
 	}
 	return 0;
-}
-
-static void first_bytes(ds_tok *t)
-{
-	for (uint32_t i = 0; i < t->n_added; i++) {
-		const struct tb_trie *e = &t->added[i];
-		uint8_t c;
-
-		if (e->id < 0 || (uint32_t)e->id >= t->h->n_vocab ||
-		    (uint64_t)e->off + e->len > t->pool_len || e->len == 0)
-			continue;
-		c = t->pool[e->off];
-		if (t->tok[e->id].attr & TA_NORMALIZED) {
-			t->first_norm[c >> 3] |= (uint8_t)(1u << (c & 7));
-			t->has_norm_added = 1;
-		} else {
-			t->first_raw[c >> 3] |= (uint8_t)(1u << (c & 7));
-		}
-		if (e->len > t->max_added_len)
-			t->max_added_len = e->len;
-	}
 }
 
 int tb_open(ds_tok *t, ds_err *err)
@@ -560,6 +557,22 @@ int tb_open(ds_tok *t, ds_err *err)
 			t->pretok = p;
 			t->n_pretok = n;
 			break;
+		case TS_ADDED_INFO: {
+			const struct tb_added_info *ai;
+
+			rc = sect(t, s, sizeof *ai, 0, &p, &n, err);
+			ai = p;
+			if (rc == 0 && n != 1)
+				rc = ds_errf(err, "%s: %u added-token infos",
+					     t->name, n);
+			if (rc == 0) {
+				t->max_added_len = ai->max_len;
+				t->has_norm_added = ai->has_norm != 0;
+				t->first_raw = ai->first_raw;
+				t->first_norm = ai->first_norm;
+			}
+			break;
+		}
 		}
 		if (rc != 0)
 			return -1;
@@ -569,7 +582,7 @@ int tb_open(ds_tok *t, ds_err *err)
 				1u << TS_PIECE_HASH | 1u << TS_ENC_HASH |
 				1u << TS_BYTE_IDS | 1u << TS_ADDED_SLOTS |
 				1u << TS_ADDED_ENTS | 1u << TS_NORM |
-				1u << TS_PRETOK;
+				1u << TS_PRETOK | 1u << TS_ADDED_INFO;
 
 		if (h->model == TB_HF_BPE)
 			need |= 1u << TS_MERGES;
@@ -595,15 +608,12 @@ int tb_open(ds_tok *t, ds_err *err)
 					       "outside the vocabulary",
 					       t->name, ids[i]);
 	}
-	if ((uint64_t)h->chat_off + h->chat_len > t->pool_len ||
-	    h->chat_len >= sizeof t->chat)
-		return ds_errf(err, "%s: chat template name outside the pool",
+	if (memchr(h->chat, '\0', sizeof h->chat) == NULL)
+		return ds_errf(err, "%s: chat template name not terminated",
 			       t->name);
-	memcpy(t->chat, t->pool + h->chat_off, h->chat_len);
-	t->chat[h->chat_len] = '\0';
-	/* Entries are checked where they are used (tb_entry_ok): a check of
-	 * every one here would read all 8 MB of a 128k vocabulary at load. */
-	first_bytes(t);
+	memcpy(t->chat, h->chat, sizeof h->chat);
+	/* Entries are checked where they are used: a check of every one
+	 * here would read all 12 MB of a 128k vocabulary at load. */
 	return 0;
 }
 

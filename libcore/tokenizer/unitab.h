@@ -19,6 +19,12 @@ extern const uint32_t ds_uni_runs[];
 extern const uint32_t ds_uni_nword_extra;
 extern const uint32_t ds_uni_word_extra[][2];
 
+/* Where the Unicode version of Debian 12's PCRE2 tables (base) differs:
+ * { first, last, category there, category here } */
+extern const char *const ds_uni_base_version;
+extern const uint32_t ds_uni_ndiff;
+extern const uint32_t ds_uni_diff[][4];
+
 int ds_uni_cat(uint32_t cp); /* pretok.c */
 
 #endif

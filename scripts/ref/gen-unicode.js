@@ -85,6 +85,27 @@ async function main() {
 		}
 		if (bad) { process.stderr.write(`gen-unicode: ${re}: ${bad} code points differ\n`); process.exit(1); }
 	}
+	// The categories of the Unicode tables in Debian 12's PCRE2 (14.0.0),
+	// from Debian's Python, which has the same version: where they differ
+	// from the reference's, a regex class needs more than PCRE2's own.
+	const { execFileSync } = require('child_process');
+	const py = execFileSync('/usr/bin/python3', ['-c',
+		'import sys, unicodedata as u\n' +
+		'print(u.unidata_version)\n' +
+		'sys.stdout.write("".join(u.category(chr(c)) for c in range(0x110000)))\n'],
+		{ maxBuffer: 64 << 20 }).toString();
+	const nl = py.indexOf('\n');
+	const baseVersion = py.slice(0, nl);
+	const cats14 = py.slice(nl + 1);
+	const diffs = [];
+	for (let cp = 0; cp < MAXCP; cp++) {
+		const c14 = CATS.indexOf(cats14.substr(2 * cp, 2));
+		if (c14 < 0) throw new Error('python category ' + cats14.substr(2 * cp, 2));
+		if (c14 === cat[cp]) continue;
+		const last = diffs[diffs.length - 1];
+		if (last && last[1] === cp - 1 && last[2] === c14 && last[3] === cat[cp]) last[1] = cp;
+		else diffs.push([cp, cp, c14, cat[cp]]);
+	}
 	// Runs of equal category over the whole code space.
 	const runs = [];
 	for (let cp = 0; cp < MAXCP; ) {
@@ -132,6 +153,14 @@ async function main() {
 		if (wr.length && wr[wr.length - 1][1] === cp - 1) wr[wr.length - 1][1] = cp;
 		else wr.push([cp, cp]);
 	}
+	out.push(`/* Where Unicode ${baseVersion} (PCRE2's tables in Debian 12) differs:`);
+	out.push(' * first, last code point, category there, category here. */');
+	out.push(`const char *const ds_uni_base_version = "${baseVersion}";`);
+	out.push(`const uint32_t ds_uni_ndiff = ${diffs.length};`);
+	out.push(`const uint32_t ds_uni_diff[${diffs.length}][4] = {`);
+	for (const [a, b, c14, c16] of diffs) out.push(`\t{ 0x${a.toString(16)}, 0x${b.toString(16)}, ${c14}, ${c16} },`);
+	out.push('};');
+	out.push('');
 	out.push('/* \\w beyond L, M, Nd, Nl and Pc (inclusive ranges). */');
 	out.push(`const uint32_t ds_uni_nword_extra = ${wr.length};`);
 	out.push(`const uint32_t ds_uni_word_extra[${wr.length}][2] = {`);
