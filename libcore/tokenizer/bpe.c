@@ -333,11 +333,10 @@ static int sp_resegment(const ds_tok *t, struct tk_work *w, const uint8_t *s,
 	return tk_sp_emit(t, s + off, len, id, prev_unk, out, err);
 }
 
-int tk_bpe_sp(const ds_tok *t, const uint8_t *s, size_t n, ds_tok_ids *out,
-	      struct tk_work *w, ds_err *err)
+static int bpe_sp_run(const ds_tok *t, const uint8_t *s, size_t n,
+		      int *prev_unk, ds_tok_ids *out, struct tk_work *w,
+		      ds_err *err)
 {
-	int prev_unk = 0;
-
 	w->nsym = 0;
 	w->nheap = 0;
 	w->nrev = 0;
@@ -380,7 +379,31 @@ int tk_bpe_sp(const ds_tok *t, const uint8_t *s, size_t n, ds_tok_ids *out,
 	}
 	for (int32_t i = 0; i >= 0; i = w->sym[i].next)
 		if (sp_resegment(t, w, s, w->sym[i].off, w->sym[i].len, 0,
-				 &prev_unk, out, err))
+				 prev_unk, out, err))
 			return -1;
+	return 0;
+}
+
+int tk_bpe_sp(const ds_tok *t, const uint8_t *s, size_t n, ds_tok_ids *out,
+	      struct tk_work *w, ds_err *err)
+{
+	int prev_unk = 0;
+	size_t a = 0;
+
+	if (!(t->h->flags & TBF_SP_WORDS))
+		return bpe_sp_run(t, s, n, &prev_unk, out, w, err);
+	/* the same merges as over the whole text, one word at a time: each
+	 * word starts at a U+2581 */
+	while (a < n) {
+		size_t b = a + 1;
+
+		while (b + 3 <= n && memcmp(s + b, "\xe2\x96\x81", 3) != 0)
+			b++;
+		if (b + 3 > n)
+			b = n;
+		if (bpe_sp_run(t, s + a, b - a, &prev_unk, out, w, err))
+			return -1;
+		a = b;
+	}
 	return 0;
 }

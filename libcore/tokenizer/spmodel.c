@@ -191,6 +191,26 @@ static int add_piece(struct tb_builder *b, uint32_t id, struct pb r,
 	return 0;
 }
 
+/* Whether BPE merges can be run word by word: no mergeable piece holds
+ * U+2581 other than at its start, and there are no UNUSED pieces (whose
+ * re-splitting SentencePiece does with a table over the whole text). */
+static int words_apart(const struct tb_builder *b)
+{
+	for (uint32_t i = 0; i < b->n_tok; i++) {
+		const struct tb_token *t = &b->tok[i];
+		const uint8_t *p = b->pool.p + t->piece_off;
+
+		if (t->attr & TA_UNUSED)
+			return 0;
+		if (!(t->attr & (TA_NORMAL | TA_ADDED)))
+			continue;
+		for (uint32_t k = 1; k + 3 <= t->piece_len; k++)
+			if (memcmp(p + k, "\xe2\x96\x81", 3) == 0)
+				return 0;
+	}
+	return 1;
+}
+
 static int read_model(struct tb_builder *b, const uint8_t *data, size_t n,
 		      ds_err *err)
 {
@@ -244,6 +264,8 @@ static int read_model(struct tb_builder *b, const uint8_t *data, size_t n,
 		b->flags |= TBF_SP_ESCAPE_WS;
 	if (s.ws_suffix)
 		b->flags |= TBF_SP_WS_SUFFIX;
+	if (b->model == TB_SP_BPE && !s.ws_suffix && words_apart(b))
+		b->flags |= TBF_SP_WORDS;
 	if (s.unk < 0 || (uint32_t)s.unk >= npieces ||
 	    !(b->tok[s.unk].attr & TA_UNKNOWN))
 		return ds_errf(err, "unk_id %d is not an UNKNOWN piece", s.unk);

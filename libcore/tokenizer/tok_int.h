@@ -53,6 +53,9 @@ enum tb_flags {
 					 becomes U+FFFD per byte, all of it */
 	TBF_DEC_SP = 1u << 12,       /* SentencePiece's decoder rules */
 	TBF_DEC_META = 1u << 13,     /* decoding turns U+2581 into a space */
+	TBF_SP_WORDS = 1u << 14,     /* SP BPE: no piece has U+2581 but at its
+					start, so no merge crosses one: the
+					text is merged word by word */
 };
 
 /* Token attributes (tb_token.attr); a byte token's value is in bits 24-31. */
