@@ -33,6 +33,26 @@ async function main() {
 		fs.writeFileSync(path.join(root, 'testdata', 'tok', `hf-${name}.jsonl`), lines.join('\n') + '\n');
 		process.stderr.write(`gen-hf: ${name}: ${corpus.length} texts, ${n} tokens\n`);
 	}
+	// byte-level decoding of odd byte sequences: V3 ids of single bytes
+	// (and a few others) in random order, through the reference decoder
+	{
+		const t = Tokenizer.fromFile(path.join(cache, 'hf', 'v3', 'tokenizer.json'));
+		const bc = require('./hfprobe.js').byteChars();
+		const byteIds = [];
+		for (let b = 0; b < 256; b++) byteIds.push(t.tokenToId(bc[b]));
+		let seed = 1202;
+		const rnd = (n) => { seed = (seed * 1103515245 + 12345) % 2147483648; return seed % n; };
+		const lines = [];
+		for (let k = 0; k < 200; k++) {
+			const seq = [];
+			const len = 1 + rnd(10);
+			for (let i = 0; i < len; i++)
+				seq.push(rnd(5) < 4 ? byteIds[rnd(256)] : rnd(128815));
+			lines.push(JSON.stringify({ decode: seq, decoded: await t.decode(seq, false),
+				skipped: await t.decode(seq, true) }));
+		}
+		fs.writeFileSync(path.join(root, 'testdata', 'tok', 'hf-v3-bytes.jsonl'), lines.join('\n') + '\n');
+	}
 	// second opinion on V3
 	const lenml = require(path.join(cache, 'node_modules', '@lenml', 'tokenizers'));
 	const v3 = path.join(cache, 'node_modules', '@lenml', 'tokenizer-deepseek_v3', 'models');

@@ -14,8 +14,8 @@ import glob
 import gzip
 import json
 import os
+import random
 import sys
-import tempfile
 
 import sentencepiece as spm
 
@@ -59,11 +59,40 @@ def training_text(corpus):
     return "\n".join(lines) + "\n"
 
 
+def write_bytes(models):
+    """sp-bytes.jsonl: invalid UTF-8 through encode (SentencePiece takes
+    bytes), and runs of byte pieces through decode, per model."""
+    rng = random.Random(1202)
+    inputs = [b"caf\xe9 au lait", b"\xff\xfe\x00abc", b"ok \xe4\xb8 cut",
+              b"\xc3\x28 \xa0\xa1 \xf0\x28\x8c\xbc", b"\xed\xa0\x80 surrogate",
+              b"\xf4\x90\x80\x80 big", b"\xe2\x82 \xe2\x82\xac euro"]
+    inputs += [bytes(rng.randrange(256) for _ in range(rng.randint(1, 24)))
+               for _ in range(40)]
+    with open(os.path.join(TOK, "sp-bytes.jsonl"), "w", encoding="utf-8") as out:
+        for name, sp in models:
+            byte_ids = [sp.piece_to_id("<0x%02X>" % b) for b in range(256)]
+            for raw in inputs:
+                ids = sp.encode(raw)
+                out.write(json.dumps({"model": name, "hex": raw.hex(), "ids": ids,
+                                      "decoded": sp.decode(ids)}, ensure_ascii=False) + "\n")
+            if sp.piece_to_id("<0x41>") == sp.unk_id():
+                continue
+            for _ in range(30):
+                seq = [rng.choice(byte_ids) if rng.random() < 0.8 else
+                       rng.randrange(3, sp.get_piece_size()) for _ in range(rng.randint(1, 12))]
+                out.write(json.dumps({"model": name, "decode": seq, "decoded": sp.decode(seq)},
+                                     ensure_ascii=False) + "\n")
+
+
 def main():
     with open(os.path.join(TOK, "corpus.jsonl"), encoding="utf-8") as f:
         corpus = [json.loads(l) for l in f if l.strip()]
     os.makedirs(os.path.join(TOK, "sp"), exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
+    bytes_cases = []
+    # a fixed work directory: the models record their training paths
+    tmp = os.path.join(ROOT, "testdata", "cache", "sp-train")
+    os.makedirs(tmp, exist_ok=True)
+    if True:
         train = os.path.join(tmp, "train.txt")
         with open(train, "w", encoding="utf-8") as f:
             f.write(training_text(corpus))
@@ -83,6 +112,8 @@ def main():
                     out.write(json.dumps({"ids": ids, "decoded": sp.decode(ids)},
                                          ensure_ascii=False) + "\n")
             print(f"gen-sp: {name}: {len(corpus)} texts, {n} tokens", file=sys.stderr)
+            bytes_cases.append((name, sp))
+        write_bytes(bytes_cases)
 
 
 main()

@@ -31,7 +31,7 @@ static json_t *load_lines(const char *path)
 		return NULL;
 	while ((n = getline(&line, &cap, f)) > 0) {
 		json_error_t je;
-		json_t *v = json_loadb(line, (size_t)n, 0, &je);
+		json_t *v = json_loadb(line, (size_t)n, JSON_ALLOW_NUL, &je);
 
 		if (v == NULL) {
 			json_decref(a);
@@ -95,7 +95,8 @@ static int run_golden(const ds_tok *tok, const char *gold, unsigned flags,
 		}
 		txt.n = 0;
 		ok = ok && ds_tok_decode(tok, ref.v, ref.n, 0, &txt, &err) == 0 &&
-		     txt.n == strlen(rdec) && memcmp(txt.s, rdec, txt.n) == 0;
+		     txt.n == json_string_length(json_object_get(r, "decoded")) &&
+		     memcmp(txt.s, rdec, txt.n) == 0;
 		{
 			ds_tok_stream s;
 
@@ -210,6 +211,122 @@ static void test_sp_unigram_identity(void) { sp_one("uni-identity"); }
 static void test_sp_unigram_low_coverage(void) { sp_one("uni-lowcov"); }
 static void test_sp_bpe_user_defined(void) { sp_one("bpe-user"); }
 
+static int hexval(char c)
+{
+	return c <= '9' ? c - '0' : c - 'a' + 10;
+}
+
+static void ids_from(json_t *a, ds_tok_ids *ids)
+{
+	ids->n = 0;
+	for (size_t k = 0; k < json_array_size(a); k++) {
+		if (ids->n == ids->cap) {
+			ids->cap = ids->cap ? ids->cap * 2 : 64;
+			ids->v = realloc(ids->v, ids->cap * sizeof *ids->v);
+		}
+		ids->v[ids->n++] = (int32_t)json_integer_value(json_array_get(a, k));
+	}
+}
+
+/* Invalid UTF-8 into SentencePiece's encode, byte-piece runs into its
+ * decode (testdata/tok/sp-bytes.jsonl). */
+static void test_sp_invalid_utf8_and_byte_runs(void)
+{
+	json_t *g = load_lines("testdata/tok/sp-bytes.jsonl");
+	ds_tok *tok = NULL;
+	ds_tok_ids ids = { 0 }, ref = { 0 };
+	ds_tok_text txt = { 0 };
+	ds_err err;
+	char cur[64] = "";
+	int bad = 0;
+
+	T_CHECK(g != NULL && json_array_size(g) > 100);
+	for (size_t i = 0; g != NULL && i < json_array_size(g); i++) {
+		json_t *c = json_array_get(g, i);
+		const char *model = json_string_value(json_object_get(c, "model"));
+		const char *hex = json_string_value(json_object_get(c, "hex"));
+		json_t *decj = json_object_get(c, "decoded");
+		const char *dec = json_string_value(decj);
+		size_t decn = json_string_length(decj);
+
+		if (strcmp(model, cur) != 0) {
+			char path[128];
+
+			ds_tok_free(tok);
+			snprintf(path, sizeof path, "testdata/tok/sp/%s.model", model);
+			T_CHECKF(ds_tok_load(&tok, path, &err) == 0, "%s", err.msg);
+			snprintf(cur, sizeof cur, "%s", model);
+		}
+		if (tok == NULL)
+			break;
+		if (hex != NULL) {
+			size_t n = strlen(hex) / 2;
+			char *raw = malloc(n + 1);
+
+			for (size_t k = 0; k < n; k++)
+				raw[k] = (char)(hexval(hex[2 * k]) << 4 | hexval(hex[2 * k + 1]));
+			ids.n = 0;
+			ids_from(json_object_get(c, "ids"), &ref);
+			if (ds_tok_encode(tok, raw, n, DS_TOK_NO_BOS, &ids, &err) != 0 ||
+			    ids.n != ref.n || memcmp(ids.v, ref.v, ids.n * 4) != 0) {
+				if (bad++ < MAX_SHOWN)
+					printf("#   %s: encode of %s differs\n", model, hex);
+			}
+			free(raw);
+		} else {
+			ids_from(json_object_get(c, "decode"), &ref);
+		}
+		txt.n = 0;
+		if (ds_tok_decode(tok, ref.v, ref.n, 0, &txt, &err) != 0 ||
+		    txt.n != decn || memcmp(txt.s, dec, decn) != 0)
+			if (bad++ < MAX_SHOWN)
+				printf("#   %s: decode %zu differs\n", model, i);
+	}
+	T_CHECK(bad == 0);
+	ds_tok_free(tok);
+	json_decref(g);
+	ds_tok_ids_free(&ids);
+	ds_tok_ids_free(&ref);
+	ds_tok_text_free(&txt);
+}
+
+/* Byte-level decoding of odd byte sequences, with and without special
+ * tokens (testdata/tok/hf-v3-bytes.jsonl). */
+static void test_hf_v3_byte_sequences(void)
+{
+	json_t *g = load_lines("testdata/tok/hf-v3-bytes.jsonl");
+	ds_tok *tok = NULL;
+	ds_tok_ids ref = { 0 };
+	ds_tok_text txt = { 0 };
+	ds_err err;
+	int bad = 0;
+
+	T_CHECK(g != NULL);
+	T_CHECKF(ds_tok_load(&tok, "testdata/cache/hf/v3/tokenizer.json", &err) == 0,
+		 "%s", err.msg);
+	for (size_t i = 0; g != NULL && tok != NULL && i < json_array_size(g); i++) {
+		json_t *c = json_array_get(g, i);
+
+		ids_from(json_object_get(c, "decode"), &ref);
+		for (int skip = 0; skip < 2; skip++) {
+			json_t *w = json_object_get(c, skip ? "skipped" : "decoded");
+			size_t wn = json_string_length(w);
+
+			txt.n = 0;
+			if (ds_tok_decode(tok, ref.v, ref.n, skip ? DS_TOK_NO_SPECIAL : 0,
+					  &txt, &err) != 0 || txt.n != wn ||
+			    memcmp(txt.s, json_string_value(w), wn) != 0)
+				if (bad++ < MAX_SHOWN)
+					printf("#   v3 bytes: sequence %zu (skip %d) differs\n", i, skip);
+		}
+	}
+	T_CHECK(bad == 0);
+	ds_tok_free(tok);
+	json_decref(g);
+	ds_tok_ids_free(&ref);
+	ds_tok_text_free(&txt);
+}
+
 int main(void)
 {
 	corpus = load_lines("testdata/tok/corpus.jsonl");
@@ -238,6 +355,7 @@ int main(void)
 	HF_RUN(test_hf_qwen3);
 	HF_RUN(test_hf_llama2);
 	HF_RUN(test_hf_llama2_metaspace);
+	HF_RUN(test_hf_v3_byte_sequences);
 	T_RUN(test_sp_bpe);
 	T_RUN(test_sp_bpe_bytefallback);
 	T_RUN(test_sp_bpe_identity);
@@ -246,6 +364,7 @@ int main(void)
 	T_RUN(test_sp_unigram_bytefallback);
 	T_RUN(test_sp_unigram_identity);
 	T_RUN(test_sp_unigram_low_coverage);
+	T_RUN(test_sp_invalid_utf8_and_byte_runs);
 	json_decref(corpus);
 	return t_done();
 }
