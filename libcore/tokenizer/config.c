@@ -36,11 +36,12 @@ static int32_t token_id(const struct tb_builder *b, json_t *v)
 	return -2; /* named but not in the vocabulary */
 }
 
-/* The template families ds-run knows, told apart by their markers. */
+/* The template families of chat.h, told apart by their markers. */
 static const char *template_name(const char *t)
 {
 	if (strstr(t, "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>") != NULL)
-		return "deepseek3";
+		/* R1 cuts earlier answers to what follows their </think> */
+		return strstr(t, "</think>") ? "deepseek-r1" : "deepseek3";
 	if (strstr(t, "<|start_header_id|>") != NULL)
 		return "llama3";
 	if (strstr(t, "<|im_start|>") != NULL)

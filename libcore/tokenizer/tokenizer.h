@@ -115,8 +115,9 @@ int ds_tok_is_special(const ds_tok *tok, int32_t id);
 /* Settings, as compiled from the tokenizer and its config. */
 typedef struct ds_tok_info {
 	const char *type;      /* "bpe-bytelevel", "bpe", "sp-bpe", "sp-unigram" */
-	const char *chat_template; /* "deepseek3", "deepseek2", "llama3",
-				      "chatml", or "" when unknown */
+	const char *chat_template; /* a chat.h name: "deepseek2",
+				      "deepseek3", "deepseek-r1", "llama3",
+				      "chatml"; "" when not recognized */
 	uint32_t n_vocab;      /* ids are 0 .. n_vocab-1 */
 	int32_t bos, eos, eot, unk, pad; /* -1 when absent; eot ends a chat turn */
 	int add_bos, add_eos;  /* what plain encodes add */
