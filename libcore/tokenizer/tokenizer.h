@@ -58,6 +58,20 @@ int ds_tok_compile(const char *src, const char *config, uint8_t **out,
 int ds_tok_compile_file(const char *src, const char *config, const char *dst,
 			ds_err *err);
 
+/* ---- conversion (ds-convert) ------------------------------------------------ */
+
+struct json_t;
+
+/* Compile the checkpoint's tokenizer (src/tokenizer.json, else
+ * src/tokenizer.model, with src/tokenizer_config.json if present) into
+ * dst/tokenizer.bin and set the "tokenizer" and "chat_template" keys of
+ * meta (ds-model(5)); chat_template is left out when not recognized. */
+int ds_tok_convert(const char *src, const char *dst, struct json_t *meta,
+		   ds_err *err);
+/* Just the meta keys, for a loaded tokenizer; source names its file. */
+int ds_tok_meta(const ds_tok *tok, const char *source, struct json_t *meta,
+		ds_err *err);
+
 /* ---- encoding -------------------------------------------------------------- */
 
 enum {

@@ -532,6 +532,38 @@ static void test_chat_template_names(void)
 	}
 }
 
+/* What ds-convert gets: DST/tokenizer.bin and the meta keys. */
+static void test_convert_meta(void)
+{
+	json_t *meta = json_object(), *tk;
+	ds_tok *t = tiny("{\"add_bos_token\": true, \"bos_token\": \"<bos>\", "
+			 "\"chat_template\": \"<|im_start|>{{ m }}\"}");
+	ds_tok *back = NULL;
+	ds_err err;
+	char *out = path_in("dst");
+
+	ds_tok_free(t);
+	mkdir(out, 0755);
+	T_CHECKF(ds_tok_convert(dir, out, meta, &err) == 0, "%s", err.msg);
+	tk = json_object_get(meta, "tokenizer");
+	T_CHECK(json_is_object(tk));
+	T_CHECK(strcmp(json_string_value(json_object_get(tk, "file")), "tokenizer.bin") == 0);
+	T_CHECK(strcmp(json_string_value(json_object_get(tk, "source")), "tokenizer.json") == 0);
+	T_CHECK(strcmp(json_string_value(json_object_get(tk, "type")), "bpe-bytelevel") == 0);
+	T_CHECK(json_integer_value(json_object_get(tk, "n_vocab")) == 263);
+	T_CHECK(json_integer_value(json_object_get(tk, "bos")) == 260);
+	T_CHECK(json_is_null(json_object_get(tk, "eos")));
+	T_CHECK(json_is_true(json_object_get(tk, "add_bos")));
+	T_CHECK(strcmp(json_string_value(json_object_get(tk, "bos_token")), "<bos>") == 0);
+	T_CHECK(strlen(json_string_value(json_object_get(tk, "crc32"))) == 8);
+	T_CHECK(strcmp(json_string_value(json_object_get(meta, "chat_template")), "chatml") == 0);
+	T_CHECKF(ds_tok_load(&back, path_in("dst/tokenizer.bin"), &err) == 0, "%s", err.msg);
+	T_CHECK(back != NULL && ds_tok_bos(back) == 260);
+	ds_tok_free(back);
+	T_CHECK(ds_tok_convert(out, out, meta, &err) == -1); /* no tokenizer there */
+	json_decref(meta);
+}
+
 int main(void)
 {
 	seed = t_seed();
@@ -550,6 +582,7 @@ int main(void)
 	T_RUN(test_bin_fuzz);
 	T_RUN(test_concurrent_encodes);
 	T_RUN(test_chat_template_names);
+	T_RUN(test_convert_meta);
 	{
 		char cmd[300];
 
