@@ -74,7 +74,7 @@ static int advise_memory(const ds_sysinfo *si, adv_list *l, ds_err *err)
 		return -1;
 	for (int i = 0; i < si->n_hp; i++)
 		if (si->hp[i].size_kb == 2048 && si->hp[i].nr == 0 &&
-		    add(l, "hugepages.2048kB", "0 reserved",
+		    add(l, "hugepages", "0 of 2 MiB reserved",
 			"model + KV cache (ds-tune plan -m DIR)", WHY_HUGEPAGES,
 			err) != 0)
 			return -1;
