@@ -448,6 +448,7 @@ static char *state_file(const args *a)
 				: ds_tune_state_default(a->root);
 }
 
+/* The caller has checked ds_tune_may_write. */
 static int do_apply(const args *a, const ds_tune_plan *p)
 {
 	ds_tune_report r;
@@ -455,8 +456,6 @@ static int do_apply(const args *a, const ds_tune_plan *p)
 	ds_err err;
 	int rc;
 
-	if (ds_tune_may_write(a->root, &err) != 0)
-		return die(err.msg);
 	state = state_file(a);
 	if (state == NULL)
 		return die("out of memory");
@@ -480,6 +479,7 @@ static int do_apply(const args *a, const ds_tune_plan *p)
 static int cmd_apply(const args *a)
 {
 	ds_tune_plan p;
+	ds_err err;
 	int rc;
 
 	if ((a->plan != NULL) == (a->model != NULL))
@@ -487,6 +487,8 @@ static int cmd_apply(const args *a)
 	if (a->plan != NULL && a->has_sizing)
 		return bad_usage("--instances, --threads and --ctx-size go with "
 				 "-m, not --plan%s", "");
+	if (!a->dry_run && ds_tune_may_write(a->root, &err) != 0)
+		return die(err.msg);
 	if ((a->plan != NULL ? read_plan(a->plan, &p) : make_plan(a, &p)) != 0)
 		return 1;
 	rc = a->dry_run ? dry_run(a, &p) : do_apply(a, &p);

@@ -148,7 +148,8 @@ static int same_value(const ds_tune_action *a, const char *cur)
 	if (copy == NULL)
 		return 0;
 	for (w = strtok(copy, " "); w != NULL; w = strtok(NULL, " "))
-		same &= w[0] == '-' ? !ds_word_in(cur, w + 1) : ds_word_in(cur, w);
+		same &= w[0] == '-' ? !ds_word_in(cur, w + 1)
+				    : ds_word_in(cur, w + (w[0] == '+'));
 	free(copy);
 	return same;
 }
@@ -302,16 +303,20 @@ static int check_hugepages(const change *c, ds_err *err)
 	return 0;
 }
 
+/* Make the change; c->done once anything changed, even when the kernel
+ * then took less than asked (huge pages). */
 static int do_one(change *c, ds_err *err)
 {
 	if (c->act->op == DS_TUNE_MKDIR) {
 		if (mkdir(c->full, 0755) != 0)
 			return ds_errf(err, "%s: mkdir: %s", c->full,
 				       strerror(errno));
+		c->done = 1;
 		return 0;
 	}
 	if (write_value(c->full, c->act->value, c->before == NULL, err) != 0)
 		return -1;
+	c->done = 1;
 	return check_hugepages(c, err);
 }
 
@@ -391,18 +396,14 @@ static int write_all(change *c, int n, ds_tstate *st, int first_new,
 		if (c[i].same)
 			continue;
 		if (do_one(&c[i], &werr) == 0) {
-			c[i].done = 1;
 			r->changed++;
 			continue;
 		}
-		if (strncmp(c[i].act->path, "/proc/irq/", 10) == 0) {
+		if (!c[i].done && strncmp(c[i].act->path, "/proc/irq/", 10) == 0) {
 			if (skip_one(&c[i], st, r, &werr, err) != 0)
 				return -1;
 			continue;
 		}
-		/* a failed write may still have taken effect in part
-		 * (huge pages): undo it with the rest */
-		c[i].done = c[i].act->op == DS_TUNE_WRITE;
 		*err = werr;
 		roll_back(c, n, st, first_new, err);
 		return -1;

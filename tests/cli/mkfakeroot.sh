@@ -18,7 +18,7 @@ R=${2:?dir}
 mkdir -p "$R/var/lib"
 
 w() { # w PATH LINE...: a file under the root with one line per argument
-	mkdir -p "$(dirname "$R$1")"
+	[ -d "$R${1%/*}" ] || mkdir -p "$R${1%/*}"
 	f=$1
 	shift
 	printf '%s\n' "$@" >"$R$f"
