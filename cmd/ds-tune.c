@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include <getopt.h>
 #include <jansson.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -613,29 +614,24 @@ static int check_args(const args *a)
 	return 0;
 }
 
-/* "--root /" is the running system; a fake root must be a directory. */
-static int check_root(args *a, char *buf, size_t n)
+/* --root as an absolute path without links, so that apply and revert
+ * agree on it however it is spelt; "--root /" is the running system. */
+static int check_root(args *a, char buf[PATH_MAX])
 {
-	size_t len;
-
 	if (a->root == NULL)
 		return 0;
-	snprintf(buf, n, "%s", a->root);
-	len = strlen(buf);
-	while (len > 0 && buf[len - 1] == '/')
-		buf[--len] = '\0';
-	a->root = buf[0] ? buf : NULL;
-	if (a->root != NULL && !ds_is_dir(a->root)) {
+	if (!ds_is_dir(a->root) || realpath(a->root, buf) == NULL) {
 		fprintf(stderr, PROG ": --root %s: not a directory\n", a->root);
 		return 1;
 	}
+	a->root = strcmp(buf, "/") != 0 ? buf : NULL;
 	return 0;
 }
 
 int main(int argc, char **argv)
 {
 	args a = { .instances = 1 };
-	char root[512];
+	char root[PATH_MAX];
 	int c, r;
 
 	if (argc > 1 && argv[1][0] != '-') {
@@ -658,7 +654,7 @@ int main(int argc, char **argv)
 				 "revert%s", "");
 	if ((r = check_args(&a)) != 0)
 		return r;
-	if (check_root(&a, root, sizeof root) != 0)
+	if (check_root(&a, root) != 0)
 		return 1;
 	if (!strcmp(a.cmd, "show"))
 		return cmd_show(&a);

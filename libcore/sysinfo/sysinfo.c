@@ -492,25 +492,24 @@ static int cmp_irq(const void *a, const void *b)
 	return x->irq - y->irq;
 }
 
-static int read_irqs(ds_sysinfo *si, ds_err *err)
+/* Unreadable or unparsable: reported as no interrupts. */
+static void read_irqs(ds_sysinfo *si)
 {
 	char *t = text_at(si, "/proc/interrupts", 64u << 20);
 
 	line_at(si, si->irq_default, sizeof si->irq_default,
 		"/proc/irq/default_smp_affinity");
 	if (t == NULL)
-		return 0;
+		return;
 	if (ds_interrupts_parse(t, &si->irqs, &si->n_irq, NULL) != 0) {
 		free(t);
-		return 0; /* unreadable: reported as no interrupts */
+		return;
 	}
 	free(t);
 	for (int i = 0; i < si->n_irq; i++)
 		line_at(si, si->irqs[i].affinity, sizeof si->irqs[i].affinity,
 			"/proc/irq/%d/smp_affinity_list", si->irqs[i].irq);
 	qsort(si->irqs, (size_t)si->n_irq, sizeof *si->irqs, cmp_irq);
-	(void)err;
-	return 0;
 }
 
 /* Is an irqbalance daemon running?  It would move the IRQs back. */
@@ -605,9 +604,9 @@ int ds_sysinfo_read(ds_sysinfo *si, const char *root, ds_err *err)
 	if (read_cpus(si, nproc, err) != 0)
 		goto fail;
 	read_memory(si);
-	if (read_nodes(si, err) != 0 || read_cpufreq(si, err) != 0 ||
-	    read_irqs(si, err) != 0)
+	if (read_nodes(si, err) != 0 || read_cpufreq(si, err) != 0)
 		goto fail;
+	read_irqs(si);
 	read_boost(si);
 	read_irqbalance(si);
 	find_cgroup2(si);

@@ -264,22 +264,28 @@ static int warn_add(ds_tune_report *r, const char *msg)
 	return 0;
 }
 
-/* Record what is about to change (keeping older records) in one save. */
+/* Record what is about to change (keeping older records) in one save;
+ * on failure nothing is recorded (and nothing has been written). */
 static int record(ds_tstate *st, change *c, int n, int *first_new,
 		  ds_err *err)
 {
+	int rc = 0;
+
 	*first_new = st->n;
-	for (int i = 0; i < n; i++) {
+	for (int i = 0; rc == 0 && i < n; i++) {
 		const ds_tune_action *a = c[i].act;
 
 		if (c[i].same || ds_tstate_find(st, a->op, a->path) >= 0)
 			continue;
-		if (ds_tstate_add(st, a->op, a->path, c[i].before,
-				  c[i].before ? strlen(c[i].before) : 0, err) != 0)
-			return -1;
-		c[i].recorded = 1;
+		rc = ds_tstate_add(st, a->op, a->path, c[i].before,
+				   c[i].before ? strlen(c[i].before) : 0, err);
+		c[i].recorded = rc == 0;
 	}
-	return st->n > *first_new ? ds_tstate_save(st, err) : 0;
+	if (rc == 0 && st->n > *first_new)
+		rc = ds_tstate_save(st, err);
+	if (rc != 0)
+		ds_tstate_truncate(st, *first_new);
+	return rc;
 }
 
 /* The kernel may reserve fewer huge pages than asked (fragmented memory). */
