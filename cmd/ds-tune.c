@@ -81,7 +81,7 @@ static void show_nodes(const ds_sysinfo *si)
 		const ds_node *nd = &si->nodes[i];
 
 		printf("  node%-10d CPUs %s", nd->id,
-		       ds_cpulist_format(&nd->cpus, list));
+		       ds_cpuset_format(&nd->cpus, list));
 		if (nd->mem_total_kb >= 0)
 			printf("; memory %lld MiB, %lld MiB free",
 			       (long long)nd->mem_total_kb / 1024,
@@ -124,7 +124,7 @@ static void show_cpufreq(const ds_sysinfo *si, const ds_tune_advice *adv,
 				ds_cpuset_or(&cpus, &si->policies[j].cpus);
 		printf("%-16s %s on CPUs %s (available: %s)%s%s\n", "governor",
 		       p->governor[0] ? p->governor : "unknown",
-		       ds_cpulist_format(&cpus, list),
+		       ds_cpuset_format(&cpus, list),
 		       p->available[0] ? p->available : "unknown",
 		       p->epp[0] ? "; energy preference " : "", p->epp);
 	}
@@ -186,12 +186,16 @@ static void show_text(const ds_sysinfo *si, const ds_tune_advice *adv,
 	printf("%-16s %d socket%s, %d cores, %d CPUs online (%s), %d "
 	       "thread%s per core%s\n", "topology", si->n_packages,
 	       si->n_packages == 1 ? "" : "s", si->n_cores,
-	       ds_cpuset_count(&si->online), ds_cpulist_format(&si->online, list),
+	       ds_cpuset_count(&si->online), ds_cpuset_format(&si->online, list),
 	       si->threads_per_core, si->threads_per_core == 1 ? "" : "s",
 	       si->topo_known ? "" : " (no topology files: one core per CPU)");
 	printf("%-16s %s\n", "smt", si->smt_control[0] ? si->smt_control
 	       : "unknown");
-	printf("%-16s %s (from %s)\n", "isa", si->isa, si->isa_from);
+	if (si->isa_err[0] != '\0')
+		printf("%-16s %s (ds-run will refuse to start)\n", "isa",
+		       si->isa_err);
+	else
+		printf("%-16s %s (from %s)\n", "isa", si->isa, si->isa_from);
 	show_nodes(si);
 	if (si->numa_balancing >= 0)
 		printf("%-16s %d\n", "numa_balancing", si->numa_balancing);
@@ -253,7 +257,7 @@ static json_t *json_numa(const ds_sysinfo *si)
 		const ds_node *nd = &si->nodes[i];
 
 		json_array_append_new(nodes, json_pack("{s:i, s:s, s:o, s:o, s:o}",
-			"node", nd->id, "cpus", ds_cpulist_format(&nd->cpus, list),
+			"node", nd->id, "cpus", ds_cpuset_format(&nd->cpus, list),
 			"mem_total_kb", jint(nd->mem_total_kb),
 			"mem_free_kb", jint(nd->mem_free_kb),
 			"hugepages", json_hp(nd->hp, nd->n_hp)));
@@ -271,7 +275,7 @@ static json_t *json_cpufreq(const ds_sysinfo *si)
 		const ds_cpufreq *p = &si->policies[i];
 
 		json_array_append_new(pols, json_pack("{s:s, s:s, s:o, s:o, s:o, s:o}",
-			"dir", p->dir, "cpus", ds_cpulist_format(&p->cpus, list),
+			"dir", p->dir, "cpus", ds_cpuset_format(&p->cpus, list),
 			"driver", jstr(p->driver), "governor", jstr(p->governor),
 			"available", jstr(p->available), "epp", jstr(p->epp)));
 	}
@@ -313,15 +317,16 @@ static int show_json(const ds_sysinfo *si, const ds_tune_advice *adv,
 	char list[DS_CPULIST_MAX];
 	json_t *o = json_pack(
 		"{s:{s:o, s:o, s:i, s:i, s:i, s:i, s:s, s:o, s:b},"
-		" s:{s:s, s:s}, s:o, s:o, s:{s:o, s:o}, s:o, s:{s:o, s:o},"
+		" s:{s:o, s:s, s:o}, s:o, s:o, s:{s:o, s:o}, s:o, s:{s:o, s:o},"
 		" s:o, s:{s:o, s:o, s:o}, s:o}",
 		"cpu", "model", jstr(si->cpu_model), "vendor", jstr(si->cpu_vendor),
 		"sockets", si->n_packages, "cores", si->n_cores,
 		"cpus", ds_cpuset_count(&si->online),
 		"threads_per_core", si->threads_per_core,
-		"online", ds_cpulist_format(&si->online, list),
+		"online", ds_cpuset_format(&si->online, list),
 		"smt", jstr(si->smt_control), "topology_known", si->topo_known,
-		"isa", "name", si->isa, "from", si->isa_from,
+		"isa", "name", jstr(si->isa), "from", si->isa_from,
+		"error", jstr(si->isa_err),
 		"numa", json_numa(si), "cpufreq", json_cpufreq(si),
 		"thp", "enabled", jstr(si->thp_enabled),
 		"defrag", jstr(si->thp_defrag),

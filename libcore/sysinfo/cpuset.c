@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "sysinfo/sysinfo.h"
+#include "threads.h"
 
 /* ---- set operations ------------------------------------------------------- */
 
@@ -99,90 +100,38 @@ void ds_cpuset_andnot(ds_cpuset *d, const ds_cpuset *a)
 
 /* ---- list format ---------------------------------------------------------- */
 
-/* A CPU number at *p; advances *p. */
-static int parse_cpu(const char **p, const char *list, int *out, ds_err *err)
+/* The grammar is threads.c's (the thread pool's --cpus); this adds
+ * surrounding white space (sysfs ends values with a newline) and the
+ * empty list (an empty cpuset.cpus, a memory-only node). */
+int ds_cpuset_parse(const char *s, ds_cpuset *out, ds_err *err)
 {
-	long v = 0;
-	const char *s = *p;
-
-	if (!isdigit((unsigned char)*s))
-		return ds_errf(err, "CPU list \"%s\": expected a number at \"%s\"",
-			       list, s);
-	while (isdigit((unsigned char)*s)) {
-		v = v * 10 + (*s++ - '0');
-		if (v >= DS_CPU_MAX)
-			return ds_errf(err, "CPU list \"%s\": CPU %s... is past "
-				       "the %d supported", list, *p,
-				       DS_CPU_MAX);
-	}
-	*p = s;
-	*out = (int)v;
-	return 0;
-}
-
-/* One item: N, N-M or N-M:used/group. */
-static int parse_item(const char **p, const char *list, ds_cpuset *out,
-		      ds_err *err)
-{
-	int a, b, used, group;
-
-	if (parse_cpu(p, list, &a, err) != 0)
-		return -1;
-	b = a;
-	used = group = 1;
-	if (**p == '-') {
-		(*p)++;
-		if (parse_cpu(p, list, &b, err) != 0)
-			return -1;
-		if (b < a)
-			return ds_errf(err, "CPU list \"%s\": range %d-%d is "
-				       "backwards", list, a, b);
-		if (**p == ':') {
-			(*p)++;
-			if (parse_cpu(p, list, &used, err) != 0)
-				return -1;
-			if (**p != '/')
-				return ds_errf(err, "CPU list \"%s\": expected "
-					       "'/' after \":%d\"", list, used);
-			(*p)++;
-			if (parse_cpu(p, list, &group, err) != 0)
-				return -1;
-			if (used == 0 || group == 0 || used > group)
-				return ds_errf(err, "CPU list \"%s\": bad group "
-					       "%d/%d", list, used, group);
-		}
-	}
-	for (int c = a; c <= b; c++)
-		if ((c - a) % group < used)
-			ds_cpuset_add(out, c);
-	return 0;
-}
-
-int ds_cpulist_parse(const char *s, ds_cpuset *out, ds_err *err)
-{
-	const char *p = s, *end;
+	int cpus[DS_CPU_MAX], n = 0;
+	char buf[DS_CPULIST_MAX];
+	size_t a = 0, e = strlen(s);
 
 	ds_cpuset_zero(out);
-	while (isspace((unsigned char)*p))
-		p++;
-	end = p + strlen(p);
-	while (end > p && isspace((unsigned char)end[-1]))
-		end--;
-	if (p == end)
+	while (isspace((unsigned char)s[a]))
+		a++;
+	while (e > a && isspace((unsigned char)s[e - 1]))
+		e--;
+	if (e == a)
 		return 0;
-	for (;;) {
-		if (parse_item(&p, s, out, err) != 0)
-			return -1;
-		if (p == end)
-			return 0;
-		if (*p != ',')
-			return ds_errf(err, "CPU list \"%s\": unexpected \"%.*s\"",
-				       s, (int)(end - p), p);
-		p++;
+	if (e - a >= sizeof buf)
+		return ds_errf(err, "CPU list \"%.40s...\": too long", s + a);
+	memcpy(buf, s + a, e - a);
+	buf[e - a] = '\0';
+	if (ds_cpulist_parse(buf, cpus, DS_CPU_MAX, &n, err) != 0)
+		return -1;
+	for (int i = 0; i < n; i++) {
+		if (cpus[i] >= DS_CPU_MAX)
+			return ds_errf(err, "CPU list \"%s\": CPU %d is past the "
+				       "%d supported", buf, cpus[i], DS_CPU_MAX);
+		ds_cpuset_add(out, cpus[i]);
 	}
+	return 0;
 }
 
-char *ds_cpulist_format(const ds_cpuset *s, char *buf)
+char *ds_cpuset_format(const ds_cpuset *s, char *buf)
 {
 	size_t n = 0;
 	int c = ds_cpuset_next(s, -1);
@@ -301,7 +250,7 @@ int ds_affinity_set(int tid, const ds_cpuset *s, ds_err *err)
 	to_cpu_set(s, &cs);
 	if (sched_setaffinity(tid, sizeof cs, &cs) != 0)
 		return ds_errf(err, "CPU affinity %s: %s",
-			       ds_cpulist_format(s, list), strerror(errno));
+			       ds_cpuset_format(s, list), strerror(errno));
 	return 0;
 }
 
@@ -310,7 +259,7 @@ int ds_cpus_arg(const char *list, ds_cpuset *out, ds_err *err)
 	char buf[DS_CPULIST_MAX];
 	ds_cpuset allowed, extra;
 
-	if (ds_cpulist_parse(list, out, err) != 0)
+	if (ds_cpuset_parse(list, out, err) != 0)
 		return -1;
 	if (ds_cpuset_empty(out))
 		return ds_errf(err, "CPU list \"%s\" is empty", list);
@@ -322,7 +271,7 @@ int ds_cpus_arg(const char *list, ds_cpuset *out, ds_err *err)
 		return ds_errf(err, "CPU list \"%s\": CPU %d is not available "
 			       "to this process (allowed: %s)", list,
 			       ds_cpuset_next(&extra, -1),
-			       ds_cpulist_format(&allowed, buf));
+			       ds_cpuset_format(&allowed, buf));
 	return 0;
 }
 

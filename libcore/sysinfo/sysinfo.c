@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kernels.h"
 #include "sysinfo/sysinfo.h"
 
 #define CPU_DIR "/sys/devices/system/cpu"
@@ -51,7 +52,7 @@ static int list_at(const ds_sysinfo *si, const char *path, ds_cpuset *s)
 	ds_cpuset_zero(s);
 	if (ds_sys_line(si->root, path, buf, sizeof buf) != 0)
 		return -1;
-	return ds_cpulist_parse(buf, s, NULL);
+	return ds_cpuset_parse(buf, s, NULL);
 }
 
 /* A whole file under the root, or NULL. */
@@ -112,12 +113,15 @@ static void read_cpuinfo(ds_sysinfo *si, int *nproc)
 			if (p == t || p[-1] == '\n')
 				(*nproc)++;
 	}
-	if (env != NULL && *env != '\0') {
-		snprintf(si->isa, sizeof si->isa, "%s", env);
-		si->isa_from = "DS_ISA";
-	} else if (si->root[0] == '\0') {
-		snprintf(si->isa, sizeof si->isa, "%s", ds_isa_cpuid());
-		si->isa_from = "cpuid";
+	if (si->root[0] == '\0') {
+		ds_err err;
+
+		/* the kernels' own choice: CPUID, or DS_ISA when set */
+		si->isa_from = env != NULL && *env != '\0' ? "DS_ISA" : "cpuid";
+		if (ds_kernels_init(&err) == 0)
+			snprintf(si->isa, sizeof si->isa, "%s", ds_kernels_name());
+		else
+			snprintf(si->isa_err, sizeof si->isa_err, "%.199s", err.msg);
 	} else {
 		snprintf(si->isa, sizeof si->isa, "%s",
 			 ds_isa_from_flags(flags != NULL && t != NULL ? flags : ""));
@@ -348,7 +352,7 @@ static void read_affected(const ds_sysinfo *si, ds_cpufreq *pol, int c)
 		for (char *q = buf; *q; q++)
 			if (*q == ' ')
 				*q = ',';
-		if (ds_cpulist_parse(buf, &pol->cpus, NULL) != 0)
+		if (ds_cpuset_parse(buf, &pol->cpus, NULL) != 0)
 			ds_cpuset_zero(&pol->cpus);
 	}
 	ds_cpuset_add(&pol->cpus, c);

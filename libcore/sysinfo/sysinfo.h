@@ -42,12 +42,12 @@ void ds_cpuset_or(ds_cpuset *d, const ds_cpuset *a);     /* d |= a  */
 void ds_cpuset_and(ds_cpuset *d, const ds_cpuset *a);    /* d &= a  */
 void ds_cpuset_andnot(ds_cpuset *d, const ds_cpuset *a); /* d &= ~a */
 
-/* The kernel's list format, "0-3,8-11" (also "0-15:2/4", every 4th group
- * of 2, as bitmap_parselist accepts).  Surrounding white space is
- * ignored; an empty string is the empty set. */
-int ds_cpulist_parse(const char *s, ds_cpuset *out, ds_err *err);
+/* The kernel's list format, "0-3,8-11" (ds_cpulist_parse's grammar, see
+ * threads.h).  Surrounding white space is ignored; an empty string is the
+ * empty set. */
+int ds_cpuset_parse(const char *s, ds_cpuset *out, ds_err *err);
 /* Shortest list form; "" for the empty set.  buf holds DS_CPULIST_MAX. */
-char *ds_cpulist_format(const ds_cpuset *s, char *buf);
+char *ds_cpuset_format(const ds_cpuset *s, char *buf);
 /* The kernel's mask format ("ff,00000003": 32-bit hex words, most
  * significant first), as in /proc/irq/default_smp_affinity. */
 int ds_cpumask_parse(const char *s, ds_cpuset *out, ds_err *err);
@@ -134,8 +134,9 @@ typedef struct ds_irq {
 typedef struct ds_sysinfo {
 	char root[256];       /* "" for the running system */
 	char cpu_model[128], cpu_vendor[32];
-	char isa[16];         /* "avx512", "avx2", "scalar" */
-	const char *isa_from; /* "cpuid" or "/proc/cpuinfo flags" */
+	char isa[16];         /* what ds-run will use: "avx512", "avx2", ... */
+	const char *isa_from; /* "cpuid", "DS_ISA", "/proc/cpuinfo flags" */
+	char isa_err[200];    /* DS_ISA refused (ds-run would not start) */
 
 	int n_cpu;            /* entries of cpus[]: highest CPU id + 1 */
 	ds_cpu *cpus;
@@ -185,11 +186,10 @@ int ds_word_in(const char *list, const char *word);
  * counts and names (affinity left ""). */
 int ds_interrupts_parse(const char *text, ds_irq **out, int *n, ds_err *err);
 
-/* The ISA ds-run will choose: from CPUID and XGETBV on this machine, or
- * from a /proc/cpuinfo "flags" line (the kernel already hides what the
- * OS does not enable).  avx512 needs F, BW, VL, VNNI and BF16; avx2
- * needs AVX2 and FMA.  DS_ISA, when set, is what ds-run will use. */
-const char *ds_isa_cpuid(void);
+/* The kernel ISA (ds_isa_name's names) of a CPU with these /proc/cpuinfo
+ * flags, by the rule the kernels apply to CPUID: avx2 needs AVX, FMA,
+ * F16C and AVX2; avx2+avxvnni adds AVX-VNNI; avx512 adds AVX-512 F, DQ,
+ * BW, VL, VNNI and BF16. */
 const char *ds_isa_from_flags(const char *flags);
 
 #endif

@@ -51,7 +51,7 @@ static int advise_governors(const ds_sysinfo *si, adv_list *l, ds_err *err)
 			if (strcmp(si->policies[j].governor, g) == 0)
 				ds_cpuset_or(&cpus, &si->policies[j].cpus);
 		snprintf(value, sizeof value, "%.31s on CPUs %.120s", g,
-			 ds_cpulist_format(&cpus, list));
+			 ds_cpuset_format(&cpus, list));
 		if (add(l, "governor", value, "performance", WHY_GOVERNOR,
 			err) != 0)
 			return -1;

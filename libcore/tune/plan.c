@@ -367,7 +367,7 @@ static int plan_cpufreq(ds_tune_plan *p, const ds_sysinfo *si, ds_err *err)
 		if (!ds_word_in(pol->available, "performance")) {
 			if (note_add(p, err, "CPUs %s: no performance governor "
 				     "(available: %s)",
-				     ds_cpulist_format(&pol->cpus, list),
+				     ds_cpuset_format(&pol->cpus, list),
 				     pol->available) != 0)
 				return -1;
 			continue;
@@ -415,11 +415,11 @@ static int plan_cg_instance(ds_tune_plan *p, const ds_sysinfo *si,
 	if (cg_dir(p, si, in->cgroup, err) != 0)
 		return -1;
 	snprintf(path, sizeof path, "%s/cpuset.cpus", in->cgroup);
-	if (set_if(p, si, path, ds_cpulist_format(&in->cpus, list),
+	if (set_if(p, si, path, ds_cpuset_format(&in->cpus, list),
 		   WHY_CG_GROUP, err) != 0)
 		return -1;
 	snprintf(path, sizeof path, "%s/cpuset.mems", in->cgroup);
-	if (set_if(p, si, path, ds_cpulist_format(&in->nodes, list),
+	if (set_if(p, si, path, ds_cpuset_format(&in->nodes, list),
 		   WHY_CG_GROUP, err) != 0)
 		return -1;
 	snprintf(path, sizeof path, "%s/cpu.weight", in->cgroup);
@@ -529,7 +529,7 @@ static int plan_irqs(ds_tune_plan *p, const ds_sysinfo *si, ds_err *err)
 		ds_cpuset hit;
 
 		if (irqs[i].affinity[0] == '\0' ||
-		    ds_cpulist_parse(irqs[i].affinity, &cur, NULL) != 0)
+		    ds_cpuset_parse(irqs[i].affinity, &cur, NULL) != 0)
 			continue;
 		hit = cur;
 		ds_cpuset_and(&hit, &inst);
@@ -539,7 +539,7 @@ static int plan_irqs(ds_tune_plan *p, const ds_sysinfo *si, ds_err *err)
 		snprintf(path, sizeof path, "/proc/irq/%d/smp_affinity_list",
 			 irqs[i].irq);
 		rc = ds_tune_act_add(p, DS_TUNE_WRITE, path,
-			     ds_cpulist_format(&to, buf), WHY_IRQ, err);
+			     ds_cpuset_format(&to, buf), WHY_IRQ, err);
 	}
 	free(irqs);
 	if (rc == 0)
@@ -548,7 +548,7 @@ static int plan_irqs(ds_tune_plan *p, const ds_sysinfo *si, ds_err *err)
 		rc = note_add(p, err, "irqbalance is running: it will move the "
 			      "interrupts back; stop it, or start it with "
 			      "IRQBALANCE_BANNED_CPULIST=%s",
-			      ds_cpulist_format(&inst, buf));
+			      ds_cpuset_format(&inst, buf));
 	return rc;
 }
 
@@ -598,7 +598,7 @@ static int commands(ds_tune_plan *p, const ds_sysinfo *si, ds_err *err)
 			snprintf(numa, sizeof numa, " --numa %s",
 				 ds_cpuset_count(&in->nodes) == 1 ? "node"
 				 : "interleave");
-		ds_cpulist_format(&in->cpus, list);
+		ds_cpuset_format(&in->cpus, list);
 		r1 = asprintf(&in->run, "ds-run -m %s --threads %d --cpus %s%s%s "
 			      "--ctx-size %d", dir, ds_cpuset_count(&in->cpus),
 			      list, numa, p->pages ? " --hugepages" : "",

@@ -58,10 +58,10 @@ static void text_instances(FILE *f, const ds_tune_plan *p)
 		const ds_tune_instance *in = &p->inst[k];
 
 		fprintf(f, "# instance %d: CPUs %s (%d physical cores), node%s "
-			"%s\n", k, ds_cpulist_format(&in->cpus, cpus),
+			"%s\n", k, ds_cpuset_format(&in->cpus, cpus),
 			ds_cpuset_count(&in->cpus),
 			ds_cpuset_count(&in->nodes) == 1 ? "" : "s",
-			ds_cpulist_format(&in->nodes, nodes));
+			ds_cpuset_format(&in->nodes, nodes));
 		if (in->cgroup[0] != '\0')
 			fprintf(f, "cgroup.%d = %s\n", k, in->cgroup);
 		fprintf(f, "run.%d = %s\n", k, in->run);
@@ -100,8 +100,8 @@ static json_t *json_instances(const ds_tune_plan *p)
 
 		json_array_append_new(a, json_pack(
 			"{s:i, s:s, s:s, s:i, s:I, s:s?, s:s, s:s}",
-			"index", k, "cpus", ds_cpulist_format(&in->cpus, cpus),
-			"nodes", ds_cpulist_format(&in->nodes, nodes),
+			"index", k, "cpus", ds_cpuset_format(&in->cpus, cpus),
+			"nodes", ds_cpuset_format(&in->nodes, nodes),
 			"threads", ds_cpuset_count(&in->cpus),
 			"hugepages", (json_int_t)in->pages,
 			"cgroup", in->cgroup[0] ? in->cgroup : NULL,

@@ -17,23 +17,15 @@ tree() {
 	cp -a "$T/$1" "$T/$1.orig"
 }
 
-# model DIR ARCH LAYERS MODEL_BYTES: a model directory as ds-model(5) has
-# it, tensors summing to the model.bin size (a sparse file).
+# model DIR ARCH LAYERS MODEL_BYTES: a model directory ds-run would load
 model() {
-	mkdir -p "$1"
-	cat >"$1/model.meta" <<-EOF
-	{ "format": "ds-model", "version": 1, "arch": "$2",
-	  "hparams": { "n_vocab": 32000, "n_embd": 4096, "n_layer": $3,
-	    "n_head": 32, "n_head_kv": 8, "head_dim": 128, "n_ff": 11008,
-	    "n_ctx_train": 163840, "kv_lora_rank": 512, "qk_rope_head_dim": 64,
-	    "qk_nope_head_dim": 128, "v_head_dim": 128, "q_lora_rank": 0 },
-	  "tensors": [
-	    { "name": "token_embd", "type": "f16", "shape": [32000, 4096],
-	      "offset": 4096, "size": 262144000, "crc32": "00000000" },
-	    { "name": "output", "type": "f16", "shape": [32000, 4096],
-	      "offset": 262148096, "size": $(($4 - 262148096)), "crc32": "00000000" } ] }
-	EOF
-	truncate -s "$4" "$1/model.bin"
+	tests/cli/mkmodel.py "$@"
+}
+
+# hp DIR KEY: a hyper-parameter from DIR/model.meta
+hp() {
+	$PY -c 'import json, sys; print(json.load(open(sys.argv[1]))["hparams"][sys.argv[2]])' \
+		"$1/model.meta" "$2"
 }
 
 llama() { model "$T/llama" llama 32 1073741824; }
@@ -121,7 +113,7 @@ s = json.load(sys.stdin)
 c = s["cpu"]
 assert (c["sockets"], c["cores"], c["cpus"], c["threads_per_core"]) == (2, 8, 16, 2), c
 assert c["online"] == "0-15" and c["smt"] == "on"
-assert s["isa"] == {"name": "avx512", "from": "/proc/cpuinfo flags"}
+assert s["isa"] == {"name": "avx512", "from": "/proc/cpuinfo flags", "error": None}, s["isa"]
 n = s["numa"]
 assert n["from"] == "sysfs" and n["balancing"] == 1
 assert [x["cpus"] for x in n["nodes"]] == ["0-3,8-11", "4-7,12-15"]
@@ -211,7 +203,7 @@ assert s["interrupts"]["count"] == 0
 	[ "$status" -eq 0 ]
 	# llama: KV = n_layer x 2 x n_head_kv x head_dim x 2 bytes per token,
 	# at min(n_ctx_train, 4096) tokens; pages of 2 MiB for model + KV
-	kv=$((32 * 2 * 8 * 128 * 2 * 4096))
+	kv=$(($(hp "$T/llama" n_layer) * 2 * $(hp "$T/llama" n_head_kv) * $(hp "$T/llama" head_dim) * 2 * 4096))
 	pages=$(( (1073741824 + kv + 2097151) / 2097152 ))
 	[ "$(val /sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages)" = "$pages" ]
 	[ "$(val /sys/devices/system/node/node1/hugepages/hugepages-2048kB/nr_hugepages)" = "$pages" ]
@@ -264,11 +256,13 @@ assert moved[121] == set(range(8, 16))
 	run "$DS" plan -m "$T/llama" --instances 2 --root "$T/intel"
 	printf '%s\n' "$output" >"$T/plan.txt"
 	$PY - "$T/plan.json" "$T/plan.txt" "$T/llama" <<-'EOF'
-	import json, sys
+	import json, os, sys
 	p = json.load(open(sys.argv[1]))
+	hp = json.load(open(sys.argv[3] + "/model.meta"))["hparams"]
 	assert p["format"] == "ds-tune-plan" and p["version"] == 1
 	m = p["model"]
-	assert m["bytes"] == 1073741824 and m["kv_bytes_per_token"] == 32 * 2 * 8 * 128 * 2
+	assert m["bytes"] == os.stat(sys.argv[3] + "/model.bin").st_size
+	assert m["kv_bytes_per_token"] == hp["n_layer"] * 2 * hp["n_head_kv"] * hp["head_dim"] * 2
 	assert m["ctx_size"] == 4096 and m["kv_bytes"] == m["kv_bytes_per_token"] * 4096
 	assert p["hugepages_per_instance"] == -(-(m["bytes"] + m["kv_bytes"]) // 2097152)
 	text = {}
@@ -295,7 +289,7 @@ assert moved[121] == set(range(8, 16))
 	run "$DS" plan -m "$T/ds2" --instances 3 --threads 2 --ctx-size 1000 --root "$T/intel"
 	[ "$status" -eq 0 ]
 	# MLA caches kv_lora_rank + qk_rope_head_dim values per layer
-	kv=$((27 * (512 + 64) * 2 * 1000))
+	kv=$((27 * ($(hp "$T/ds2" kv_lora_rank) + $(hp "$T/ds2" qk_rope_head_dim)) * 2 * 1000))
 	pages=$(( (536870912 + kv + 2097151) / 2097152 ))
 	[[ "$output" == *"# huge pages: $pages of 2 MiB per instance"* ]]
 	# 3 instances of 2: node 0, node 1, then node 0 again (most free cores)
@@ -322,13 +316,13 @@ assert moved[121] == set(range(8, 16))
 	[ "$status" -eq 1 ]
 	run "$DS" plan -m "$T/nomodel" --root "$T/intel"
 	[ "$status" -eq 1 ]
-	[[ "$output" == *"$T/nomodel/model.bin: No such file or directory"* ]]
+	[[ "$output" == *"$T/nomodel/model.meta: No such file or directory"* ]]
 	mkdir -p "$T/bad"
 	echo '{"format": "ds-model", "version": 2}' >"$T/bad/model.meta"
 	: >"$T/bad/model.bin"
 	run "$DS" plan -m "$T/bad" --root "$T/intel"
 	[ "$status" -eq 1 ]
-	[[ "$output" == *"$T/bad/model.meta: version 2, this ds-tune reads 1"* ]]
+	[[ "$output" == "ds-tune: $T/bad: model.meta: format version 2; this build reads version 1"* ]]
 }
 
 @test "plan: AMD desktop: one node, no --numa, SMT siblings left out" {
@@ -367,7 +361,8 @@ assert moved[121] == set(range(8, 16))
 	llama
 	run "$DS" plan -m "$T/llama" --root "$T/container"
 	[ "$status" -eq 0 ]
-	[ "$(val /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages)" = 768 ]
+	kv=$(($(hp "$T/llama" n_layer) * 2 * $(hp "$T/llama" n_head_kv) * $(hp "$T/llama" head_dim) * 2 * 4096))
+	[ "$(val /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages)" = $(( (1073741824 + kv + 2097151) / 2097152 )) ]
 	[ "$(val /sys/kernel/mm/transparent_hugepage/enabled)" = madvise ]
 	[ "$(val /sys/kernel/mm/transparent_hugepage/defrag)" = madvise ]
 	[[ "$output" == *"has no cpuset controller"* ]]

@@ -8,7 +8,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "harness.h"
+#include "hfconfig.h"
+#include "modelfile.h"
 #include "tune/internal.h"
 #include "tune/tune.h"
 
@@ -77,71 +81,121 @@ static void plan_of(ds_tune_plan *p, const char *const *kv)
 
 /* ---- model sizes -------------------------------------------------------------- */
 
-static void write_model(const char *dir, const char *arch, long n_layer,
-			long a, long b, long bin, long tensor_end)
+/* Write a complete model (ds_mwriter, the tensors ds_arch_tensors lists,
+ * f32, random bytes) for an HF config; 0 on success. */
+static int write_model(const char *dst, const char *cfg_text)
 {
-	char meta[1024], path[512];
-	int fd;
+	json_t *cfg = json_loads(cfg_text, 0, NULL), *meta;
+	ds_hparams hp;
+	ds_tdesc *d = NULL;
+	ds_mwriter w;
+	size_t n = 0;
+	ds_err err;
+	int rc = -1;
 
-	snprintf(meta, sizeof meta,
-		 "{\"format\": \"ds-model\", \"version\": 1, \"arch\": \"%s\",\n"
-		 " \"hparams\": {\"n_layer\": %ld, \"n_head_kv\": %ld, \"head_dim\": "
-		 "%ld, \"kv_lora_rank\": %ld, \"qk_rope_head_dim\": %ld, "
-		 "\"n_ctx_train\": 2048},\n \"tensors\": [{\"name\": \"x\", "
-		 "\"offset\": 0, \"size\": %ld}]}\n", arch, n_layer, a, b, a, b,
-		 tensor_end);
-	put(dir, "/model.meta", meta);
-	snprintf(path, sizeof path, "%s/model.bin", dir);
-	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-	if (fd >= 0) {
-		if (ftruncate(fd, bin) != 0)
-			perror(path);
-		close(fd);
+	if (cfg == NULL || ds_hparams_from_hf_json(&hp, cfg, "config.json", &err) ||
+	    ds_arch_tensors(&hp, &d, &n, &err) || ds_mwriter_open(&w, dst, 1, &err)) {
+		printf("# %s\n", err.msg);
+		json_decref(cfg);
+		free(d);
+		return -1;
 	}
+	for (size_t i = 0; i < n; i++) {
+		ds_ttype t = { DS_F32, 0 };
+		uint64_t bytes;
+		uint8_t *data;
+
+		if (ds_tensor_bytes(t, d[i].ndim, d[i].shape, &bytes) ||
+		    (data = malloc(bytes)) == NULL)
+			goto out;
+		for (uint64_t j = 0; j < bytes; j++)
+			data[j] = (uint8_t)t_rand(&seed);
+		rc = ds_mwriter_tensor(&w, d[i].name, t, d[i].ndim, d[i].shape,
+				       data, &err);
+		free(data);
+		if (rc != 0)
+			goto out;
+	}
+	meta = json_pack("{s:s, s:i, s:s, s:o, s:{s:s, s:i, s:i, s:s}}", "format",
+			 "ds-model", "version", 1, "arch", ds_arch_name(hp.arch),
+			 "hparams", ds_hparams_to_json(&hp), "quant", "source",
+			 "none", "bits", 16, "group_size", 0, "type", "f32");
+	rc = ds_mwriter_commit(&w, meta, &err);
+	json_decref(meta);
+out:
+	if (rc != 0)
+		printf("# %s\n", err.msg);
+	ds_mwriter_abort(&w);
+	json_decref(cfg);
+	free(d);
+	return rc;
 }
 
+static uint64_t file_size(const char *dir, const char *name)
+{
+	char p[1024];
+	struct stat st;
+
+	snprintf(p, sizeof p, "%s/%s", dir, name);
+	return stat(p, &st) == 0 ? (uint64_t)st.st_size : 0;
+}
+
+/* KV bytes per token from the HF config's own numbers: MLA caches
+ * kv_lora_rank + qk_rope_head_dim per layer, others 2 x kv heads x
+ * head width; f16. */
 static void test_model_kv(void)
 {
-	char *d = tmpdir();
+	char *d = tmpdir(), dst[512], cfg[1024];
 	ds_tune_model m;
 	ds_err err;
 
-	for (int it = 0; it < 20; it++) {
-		long L = 1 + (long)(t_rand(&seed) % 100);
-		long a = 1 + (long)(t_rand(&seed) % 64);
-		long b = 1 + (long)(t_rand(&seed) % 256);
-		long bin = (long)(t_rand(&seed) % (1l << 32));
-		const char *arch = it % 3 == 0 ? "deepseek2" : it % 3 == 1
-				   ? "llama" : "qwen2";
+	snprintf(dst, sizeof dst, "%s/m", d);
+	for (int it = 0; it < 6; it++) {
+		long L = 1 + (long)(t_rand(&seed) % 3), want;
+		long heads = 2 << (t_rand(&seed) % 2), kvh = 1 + (long)(t_rand(&seed) % 2);
+		long rank = 16 << (t_rand(&seed) % 2), rope = 8 << (t_rand(&seed) % 2);
+		long ctx = 64 + (long)(t_rand(&seed) % 1000);
 
-		write_model(d, arch, L, a, b, bin, bin / 2);
-		T_CHECKF(ds_tune_model_read(d, &m, &err) == 0, "%s", err.msg);
-		/* MLA: latent (kv_lora_rank) + rope key; else K and V heads */
-		uint64_t want = it % 3 == 0 ? (uint64_t)(L * (a + b) * 2)
-					    : (uint64_t)(L * 2 * a * b * 2);
-		T_CHECKF(m.kv_token_bytes == want, "%s: %llu vs %llu", arch,
-			 (unsigned long long)m.kv_token_bytes,
-			 (unsigned long long)want);
-		T_CHECK(m.bytes == (uint64_t)bin && m.n_ctx_train == 2048);
-		T_CHECK(strcmp(m.arch, arch) == 0);
+		if (it % 2 == 0) {
+			snprintf(cfg, sizeof cfg, "{\"model_type\":\"llama\",\"vocab_size\":"
+				 "64,\"hidden_size\":32,\"num_hidden_layers\":%ld,"
+				 "\"num_attention_heads\":%ld,\"num_key_value_heads\":%ld,"
+				 "\"intermediate_size\":48,\"max_position_embeddings\":%ld,"
+				 "\"rms_norm_eps\":1e-5,\"bos_token_id\":1,"
+				 "\"eos_token_id\":2}", L, heads, kvh * (heads / 2), ctx);
+			want = L * 2 * (kvh * (heads / 2)) * (32 / heads) * 2;
+		} else {
+			snprintf(cfg, sizeof cfg, "{\"model_type\":\"deepseek_v2\","
+				 "\"vocab_size\":64,\"hidden_size\":32,"
+				 "\"num_hidden_layers\":%ld,\"num_attention_heads\":2,"
+				 "\"num_key_value_heads\":2,\"intermediate_size\":48,"
+				 "\"moe_intermediate_size\":16,\"max_position_embeddings\":"
+				 "%ld,\"rms_norm_eps\":1e-6,\"q_lora_rank\":null,"
+				 "\"kv_lora_rank\":%ld,\"qk_nope_head_dim\":8,"
+				 "\"qk_rope_head_dim\":%ld,\"v_head_dim\":8,"
+				 "\"n_routed_experts\":4,\"num_experts_per_tok\":2,"
+				 "\"n_shared_experts\":1,\"first_k_dense_replace\":1,"
+				 "\"topk_method\":\"greedy\",\"bos_token_id\":0,"
+				 "\"eos_token_id\":1}", L, ctx, rank, rope);
+			want = L * (rank + rope) * 2;
+		}
+		if (write_model(dst, cfg) != 0) {
+			T_CHECK(0);
+			continue;
+		}
+		T_CHECKF(ds_tune_model_read(dst, &m, &err) == 0, "%s", err.msg);
+		T_CHECKF(m.kv_token_bytes == (uint64_t)want, "%s: %llu vs %ld",
+			 m.arch, (unsigned long long)m.kv_token_bytes, want);
+		T_CHECK(m.bytes == file_size(dst, "model.bin") && m.bytes > 0);
+		T_CHECK(m.n_ctx_train == (uint32_t)ctx);
+		T_CHECK(!strcmp(m.arch, it % 2 ? "deepseek2" : "llama"));
 	}
-	write_model(d, "llama", 4, 8, 128, 4096, 8192);
-	T_CHECK(ds_tune_model_read(d, &m, &err) == -1);
-	T_CHECKF(strstr(err.msg, "ends at 8192, past model.bin's 4096 bytes"),
-		 "%s", err.msg);
-	write_model(d, "gpt2", 4, 8, 128, 4096, 10);
-	T_CHECK(ds_tune_model_read(d, &m, &err) == -1 && strstr(err.msg, "gpt2"));
-	put(d, "/model.meta", "{\"format\": \"ds-model\", \"version\": 1, "
-	    "\"arch\": \"llama\", \"hparams\": {\"n_layer\": 4}, \"tensors\": []}");
-	T_CHECK(ds_tune_model_read(d, &m, &err) == -1);
-	T_CHECKF(strstr(err.msg, "hparams.n_head_kv: missing"), "%s", err.msg);
-	put(d, "/model.meta", "{\"format\": \"ds-model\", \"version\": 1, "
-	    "\"arch\": \"llama\", \"hparams\": {\"n_layer\": -4, \"n_head_kv\": 1,"
-	    " \"head_dim\": 1, \"n_ctx_train\": 1}, \"tensors\": []}");
-	T_CHECK(ds_tune_model_read(d, &m, &err) == -1 &&
-		strstr(err.msg, "hparams.n_layer: -4 out of range"));
-	put(d, "/model.meta", "{ not json");
-	T_CHECK(ds_tune_model_read(d, &m, &err) == -1 && strstr(err.msg, "line 1"));
+	/* whatever the loader refuses, ds-tune refuses, naming the file */
+	put(dst, "/model.meta", "{\"format\": \"ds-model\", \"version\": 2}");
+	T_CHECK(ds_tune_model_read(dst, &m, &err) == -1);
+	T_CHECKF(strstr(err.msg, "model.meta: format version 2"), "%s", err.msg);
+	put(dst, "/model.meta", "{ not json");
+	T_CHECK(ds_tune_model_read(dst, &m, &err) == -1 && strstr(err.msg, "line 1"));
 	ds_remove_tree(d);
 	free(d);
 }
