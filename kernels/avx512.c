@@ -351,22 +351,6 @@ AI void bf16_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x,
 		_mm512_mask_storeu_ps(y + (t0 + t) * ldy, m, _mm512_add_ps(a0[t], a1[t]));
 }
 
-static void bf16_vec(const ds_mat *w, const uint8_t *rs, const ds_act *x,
-		     float *y, __mmask16 m)
-{
-	__m512 a[4] = { _mm512_setzero_ps(), _mm512_setzero_ps(),
-			_mm512_setzero_ps(), _mm512_setzero_ps() };
-	size_t c;
-	int i;
-
-	for (c = 0; c < w->kp / 2; c += 4)
-		for (i = 0; i < 4; i++)
-			a[i] = dpbf16(a[i], _mm512_loadu_si512(rs + 64 * (c + i)),
-				      bcast32(x->b + 2 * (c + i)));
-	_mm512_mask_storeu_ps(y, m, _mm512_add_ps(_mm512_add_ps(a[0], a[1]),
-						   _mm512_add_ps(a[2], a[3])));
-}
-
 static void mm_bf16(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
 		    size_t rs0, size_t rs1)
 {
@@ -377,10 +361,6 @@ static void mm_bf16(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
 		float *yr = y + rs * DS_ROWSET;
 		__mmask16 m = row_mask(w, rs);
 
-		if (x->t == 1) {
-			bf16_vec(w, p, x, yr, m);
-			continue;
-		}
 		for (t = 0; t < x->t; t += TT_MAX) {
 #define CALL(n) bf16_tile(w, p, x, t, yr, ldy, m, n)
 			TILE_SWITCH(x->t - t, CALL)
