@@ -205,9 +205,9 @@ static void scan_mats(const ds_model *m, size_t *max_k, unsigned *types)
 
 		if (t->ndim < 2 || t->type.dt == DS_I32)
 			continue;
-		k = ds_kpad(t->type, t->shape[t->ndim - 1]);
-		if (!ds_ttype_interleaved(t->type))
-			k = t->shape[t->ndim - 1];
+		k = t->shape[t->ndim - 1];
+		if (ds_ttype_interleaved(t->type))
+			k = ds_kpad(t->type, k);
 		if (k > *max_k)
 			*max_k = k;
 		*types |= 1u << t->type.dt;

@@ -46,6 +46,12 @@ static int wv_in_place(const ds_hparams *hp)
 
 enum { NEED_F, NEED_B, NEED_Q };
 
+/* The padded input width a kernel reads for type t. */
+static size_t kpad(ds_ttype t, size_t k)
+{
+	return ds_ttype_interleaved(t) ? ds_kpad(t, k) : k;
+}
+
 static int need_of(ds_ttype t)
 {
 	return t.dt == DS_Q4 || t.dt == DS_Q8 ? NEED_Q :
@@ -221,13 +227,13 @@ int ds_mla_alloc(ds_fwd *f, ds_err *err)
 	const ds_mat *kvb = &f->layers[0].wkv_b;
 	ds_ttype dt = derived_type(kvb->type);
 	int nq = need_of(kvb->type), nd = need_of(dt);
-	size_t kp = ds_kpad(dt, hp->qk_nope_head_dim), rows, nb;
+	size_t kp = kpad(dt, hp->qk_nope_head_dim), rows, nb;
 	ds_hbuf *hb = &f->hb;
 
 	if (kvb->kp > kp)
 		kp = kvb->kp;
-	if (ds_kpad(dt, hp->kv_lora_rank) > kp)
-		kp = ds_kpad(dt, hp->kv_lora_rank);
+	if (kpad(dt, hp->kv_lora_rank) > kp)
+		kp = kpad(dt, hp->kv_lora_rank);
 	hb->ldq = ds_round_up(kp, 64);
 	nb = hb->ldq / DS_QBLOCK;
 	if (ds_mul_sz(f->max_batch, hp->n_head, &rows) ||
