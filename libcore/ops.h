@@ -191,7 +191,7 @@ enum ds_rope_scale {
 };
 
 /* model.meta's rope_scaling (ds-model(5)). */
-typedef struct ds_rope_scaling {
+typedef struct ds_rope_scaling_s {  /* tag: hfconfig.h has enum ds_rope_scaling */
 	enum ds_rope_scale type;
 	double factor;
 	double original_ctx;            /* original_max_position_embeddings */
