@@ -203,14 +203,17 @@ static uint8_t clamp_u4(float v)
 	return (uint8_t)(v < 0 ? 0 : v > 15 ? 15 : v);
 }
 
-/* One group of w[0..len): the AutoAWQ asymmetric rule with an fp16 scale. */
+/* One group of w[0..len): asymmetric with an fp16 scale, the range widened
+ * to contain 0 (GPTQ's find_params) so the zero point z = round(-lo/s)
+ * always lies in [0, 15]; AutoAWQ's rule clamps z instead, which for a
+ * group of one sign clips the range by any number of steps. */
 static void q4_group(const float *w, uint64_t len, uint8_t *q, uint16_t *s16,
 		     uint8_t *z)
 {
-	float lo = w[0], hi = w[0], s;
+	float lo = 0, hi = 0, s;
 	uint64_t i;
 
-	for (i = 1; i < len; i++) {
+	for (i = 0; i < len; i++) {
 		lo = w[i] < lo ? w[i] : lo;
 		hi = w[i] > hi ? w[i] : hi;
 	}

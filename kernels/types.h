@@ -43,6 +43,12 @@ enum ds_dtype {
 	DS_I32,
 };
 
+/* How RoPE pairs the values of a head (model.meta "rope_style"). */
+enum ds_rope_style {
+	DS_ROPE_NEOX,          /* pairs (x[i], x[i + dim/2]): Llama, Qwen2 */
+	DS_ROPE_INTERLEAVED,   /* pairs (x[2i], x[2i+1]): DeepSeek */
+};
+
 typedef struct ds_ttype {
 	enum ds_dtype dt;
 	uint32_t group; /* q4/q8: group size G (multiple of 32); else 0 */
@@ -78,9 +84,10 @@ void ds_pack_q8(uint8_t *dst, const int8_t *q, const uint16_t *scale,
 void ds_pack_bf16(uint8_t *dst, const uint16_t *w, uint64_t n, uint64_t k);
 
 /* Round-to-nearest quantization of float weights, then packing.
- * q4: asymmetric, s = max(max - min, 1e-5) / 15, z = clamp(round(-min/s)),
- *     q = clamp(round(w/s) + z)  (the AutoAWQ rule, with s rounded to fp16
- *     first so q and z are chosen for the stored scale).
+ * q4: asymmetric over [lo, hi] = [min(min, 0), max(max, 0)] (GPTQ's range,
+ *     so z never clamps): s = max(hi - lo, 1e-5) / 15, z = round(-lo/s),
+ *     q = clamp(round(w/s) + z)  (s rounded to fp16 first so q and z are
+ *     chosen for the stored scale); error within half a step.
  * q8: symmetric, s = max|w| / 127, q = round(w/s).
  * Temporary memory is taken per row; returns -1 only on allocation failure. */
 int ds_quantize_q4(uint8_t *dst, const float *w, uint64_t n, uint64_t k,
