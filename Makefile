@@ -17,7 +17,7 @@ CFLAGS  ?=
 CFLAGS  += -std=gnu11 $(OPT) -g -Wall -Wextra -Werror -pthread -fopenmp \
 	   -Ilibcore -Ilibcore/util -Ikernels
 LDFLAGS ?=
-LDLIBS  = -ljansson -larchive -lz -lpcre2-8 -lnuma -lmicrohttpd -lpthread -lm -fopenmp
+LDLIBS  = -ljansson -larchive -lz -lpcre2-8 -licuuc -lnuma -lmicrohttpd -lpthread -lm -fopenmp
 
 # Each ISA's kernels are compiled with their own flags and chosen at run
 # time; nothing else targets the build machine.
@@ -35,6 +35,15 @@ TESTS    = $(TEST_SRC:tests/unit/%.c=$(O)/tests/%)
 MANS     = $(wildcard man/*.[1-8])
 LIB      = $(O)/libdscore.a
 
+# Quiet by default; `make V=1` shows the commands.
+ifeq ($(V),1)
+Q =
+say = @:
+else
+Q = @
+say = @printf '  %-6s %s\n'
+endif
+
 all: deps $(PROGS)
 
 deps:
@@ -42,23 +51,28 @@ deps:
 
 $(O)/kernels/%.o: kernels/%.c
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(KFLAGS_$*) -MMD -MP -c $< -o $@
+	$(say) CC $<
+	$(Q)$(CC) $(CFLAGS) $(KFLAGS_$*) -MMD -MP -c $< -o $@
 
 $(O)/%.o: %.c
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+	$(say) CC $<
+	$(Q)$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 
 $(LIB): $(LIB_OBJ)
 	@rm -f $@
-	$(AR) rcs $@ $^
+	$(say) AR $@
+	$(Q)$(AR) rcs $@ $^
 
 $(BIN)/%: $(O)/cmd/%.o $(LIB)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
+	$(say) LINK $@
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
 
 $(O)/tests/%: $(O)/tests/unit/%.o $(LIB)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
+	$(say) LINK $@
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
 
 test: all $(TESTS)
 	@DS_BIN=$(BIN) scripts/run-tests.sh $(O)/tests

@@ -43,6 +43,12 @@ enum ds_dtype {
 	DS_I32,
 };
 
+/* How RoPE pairs the values of a head (model.meta "rope_style"). */
+enum ds_rope_style {
+	DS_ROPE_NEOX,          /* pairs (x[i], x[i + dim/2]): Llama, Qwen2 */
+	DS_ROPE_INTERLEAVED,   /* pairs (x[2i], x[2i+1]): DeepSeek */
+};
+
 typedef struct ds_ttype {
 	enum ds_dtype dt;
 	uint32_t group; /* q4/q8: group size G (multiple of 32); else 0 */

@@ -10,12 +10,12 @@
 
 #include <stdint.h>
 
+#include "types.h"   /* enum ds_rope_style */
 #include "util.h"
 
 struct json_t;
 
 enum ds_arch { DS_ARCH_LLAMA, DS_ARCH_QWEN2, DS_ARCH_DEEPSEEK2 };
-enum ds_rope_style { DS_ROPE_NEOX, DS_ROPE_INTERLEAVED };
 enum ds_rope_scaling {
 	DS_ROPE_SCALING_NONE, DS_ROPE_SCALING_LINEAR, DS_ROPE_SCALING_YARN,
 	DS_ROPE_SCALING_LLAMA3

@@ -1,0 +1,227 @@
+/*
+ * kernels.h - the compute kernels, behind one dispatch table.
+ *
+ * kernels/scalar.c is the definition of every kernel; avx2.c (AVX2 + FMA),
+ * avxvnni.c (the same with AVX-VNNI int8 dot products) and avx512.c
+ * (F/BW/VL/VNNI/BF16) are optimisations of it, each compiled with its own
+ * -m flags and tested against it.  The table is filled once, from CPUID and
+ * XGETBV, with the best ISA the CPU and the OS support; DS_ISA=scalar|avx2|
+ * avx512 in the environment forces one.  Where an ISA has no version of a
+ * kernel the entry is the next one down (avx512 -> avx2 -> scalar).
+ *
+ * Kernels are single-threaded and allocate nothing; libcore/ops.h splits
+ * the work across threads and owns the scratch memory.  Everything here
+ * operates on caller memory, with the shapes given in each comment.
+ *
+ * Matrix products.  y = x . W^T for a weight W [n, k] (ds-model(5) layouts)
+ * and T activation rows x [T, k].  The activations are first prepared
+ * once per call in the form the weight type consumes (ds_act):
+ *
+ *   q4gG, q8gG  x rounded to int8 blocks of 32: x[k] ~ d[b] * q[k], with
+ *               d = max|x| / 127 over the block and q = round(x / d)
+ *               (ties to even).  Error |x - d q| <= d/2 per element.  The
+ *               dot products are exact integers (vpdpbusd with the weights
+ *               as the unsigned operand); the zero points enter through the
+ *               block sums s[b] = d[b] * sum(q over the block):
+ *                 y = sum_g S_g * (sum_(b in g) d_b dot_b  -  Z_g sum_(b in g) s_b)
+ *               with S_g, Z_g the weight scale and zero (Z = 128 for q8).
+ *   bf16        x rounded to bf16 (to nearest even): relative error <= 2^-9
+ *               per element; the products are exact in fp32 (vdpbf16ps).
+ *   f16, f32    x used as it is, fp32 fused multiply-adds.
+ *
+ * Row-sets: the unit of work of a matrix kernel is a row-set of 16 output
+ * rows (DS_ROWSET); for the row-major f32/f16 types it is simply rows
+ * 16 rs .. 16 rs + 15.  A matrix has ceil(n / 16) row-sets.
+ */
+#ifndef DS_KERNELS_H
+#define DS_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "types.h"
+#include "util.h"
+
+#define DS_QBLOCK 32          /* activation quantization block */
+#define DS_NDTYPE (DS_I32 + 1)
+
+enum ds_isa {
+	DS_ISA_SCALAR,
+	DS_ISA_AVX2,          /* AVX2 + FMA + F16C */
+	DS_ISA_AVX2VNNI,      /* the same with AVX-VNNI */
+	DS_ISA_AVX512,        /* F, BW, VL, DQ, VNNI, BF16 */
+	DS_ISA_COUNT
+};
+
+/* One weight matrix [n, k] of a ds-model(5) type (one expert of a 3-D
+ * tensor: see ds_mat_expert in ops.h). */
+typedef struct ds_mat {
+	ds_ttype type;
+	const uint8_t *data;   /* the matrix's bytes */
+	uint64_t n, k;         /* output rows, input width */
+	uint64_t kp;           /* padded width: ds_kpad (== k for f32/f16) */
+	uint64_t rs_bytes;     /* bytes per row-set (interleaved types) */
+	const int32_t *perm;   /* [k] act-order input permutation or NULL
+				  (applied when the activations are prepared) */
+	uint64_t ne;           /* experts of a 3-D [ne, n, k] tensor, else 1 */
+	uint64_t e_bytes;      /* bytes of one expert's matrix */
+} ds_mat;
+
+/* The view of a [n, k] matrix of type t at data (no checks: ds_mat_init in
+ * ops.h validates a tensor from a model file). */
+ds_mat ds_mat_make(ds_ttype t, const void *data, uint64_t n, uint64_t k,
+		   const int32_t *perm);
+/* The rows from row-set rs0 on, as a matrix of its own (n - 16 rs0 rows). */
+ds_mat ds_mat_from_rowset(const ds_mat *w, uint64_t rs0);
+
+/* T rows of activations prepared for a matrix kernel.  Only the form the
+ * weight type reads must be set (see the top of this file). */
+typedef struct ds_act {
+	size_t t;              /* rows */
+	/* f32, f16 weights: x itself */
+	const float *f;        /* [t][ldf], k valid */
+	size_t ldf;
+	/* bf16 weights: x rounded to bf16, zero past k up to the matrix's kp */
+	const uint16_t *b;     /* [t][ldq] */
+	/* q4, q8 weights: int8 blocks, zero past k up to the matrix's kp */
+	const int8_t *q;       /* [t][ldq] */
+	const float *qd;       /* [t][ldq / 32] block scale d */
+	const float *qs;       /* [t][ldq / 32] d * (sum of the block's q) */
+	size_t ldq;            /* multiple of 64 */
+} ds_act;
+
+/* Rows t0 .. t0+nt-1 of x, as an ds_act of nt rows. */
+ds_act ds_act_rows(const ds_act *x, size_t t0, size_t nt);
+
+/* y[t][16 rs + r] = sum_k W[16 rs + r][k] * x[t][k] for t < x->t, the
+ * row-sets rs0 <= rs < rs1 and the rows < w->n (rows past n of the last
+ * row-set are not written).  y has row stride ldy floats. */
+typedef void ds_mm_fn(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
+		      size_t rs0, size_t rs1);
+
+/* KV-cache row types.  q8: blocks of 32 values {float d; int8 q[32]}
+ * (36 bytes), value = d * q, d = max|x| / 127 as for the activations. */
+enum ds_kvtype { DS_KV_F32, DS_KV_F16, DS_KV_BF16, DS_KV_Q8 };
+
+/* Bytes of one cache row of `dim` values (dim a multiple of 32 for q8). */
+size_t ds_kv_row_bytes(enum ds_kvtype t, size_t dim);
+/* Byte offset of value `col` in a row (col a multiple of 32 for q8). */
+size_t ds_kv_col_offset(enum ds_kvtype t, size_t col);
+
+/* Key or value rows of one KV head, as a strided view: value j of the
+ * key at position p is element j of the row at data + p * ld.  Views let
+ * K and V share rows (MLA: V is the first 512 values of the 576-wide K). */
+typedef struct ds_kview {
+	enum ds_kvtype type;
+	const uint8_t *data;   /* row of position 0 */
+	size_t ld;             /* bytes from one position to the next */
+	size_t dim;            /* values used per row */
+} ds_kview;
+
+/* Scaled dot-product attention of g query heads against one KV head:
+ *   o_h = sum_(j<n) softmax_j(scale * q_h . k_j) v_j      h < g
+ * in fp32 (scores, softmax and the weighted sum). */
+typedef struct ds_attn_job {
+	const float *q;        /* g rows of k.dim floats, q + h * q_ld */
+	size_t q_ld;
+	size_t g;              /* query heads */
+	ds_kview k, v;
+	size_t n;              /* keys 0 .. n-1, n >= 1 */
+	float scale;
+	float *o;              /* g rows of v.dim floats, o + h * o_ld */
+	size_t o_ld;
+} ds_attn_job;
+
+/* Floats of scratch an attention kernel needs for g heads. */
+#define DS_ATTN_CHUNK 64
+#define DS_ATTN_SCRATCH(g, kdim, vdim) \
+	((size_t)(g) * (DS_ATTN_CHUNK + 4) + (size_t)(kdim) + (size_t)(vdim) + 64)
+
+/* enum ds_rope_style is in types.h (shared with the hyper-parameters). */
+
+typedef struct ds_kernels {
+	const char *name;      /* "scalar", "avx2", "avx2+avxvnni", "avx512" */
+	enum ds_isa isa;
+
+	/* matrix products, indexed by enum ds_dtype (NULL for DS_I32) */
+	ds_mm_fn *mm[DS_NDTYPE];
+
+	/* ---- activation preparation, one row ----
+	 * The input value i is x[p(i)] * nw[p(i)] * nscale for i < k with
+	 * p(i) = perm ? perm[i] : i (nw NULL: no weight, nscale still
+	 * applies); zero for k <= i < kp.  kp is a multiple of 32. */
+	void (*quant_row)(const float *x, size_t k, size_t kp,
+			  const int32_t *perm, const float *nw, float nscale,
+			  int8_t *q, float *d, float *s);
+	void (*bf16_row)(const float *x, size_t k, size_t kp,
+			 const int32_t *perm, const float *nw, float nscale,
+			 uint16_t *out);
+	/* sum of x[i]^2 (for the fused RMSNorm) */
+	float (*sumsq)(const float *x, size_t n);
+
+	/* ---- element-wise and row kernels (any aliasing of y with an input
+	 * of the same shape is allowed) ---- */
+	/* y = x / sqrt(mean(x^2) + eps) * w */
+	void (*rmsnorm)(const float *x, const float *w, size_t n, float eps,
+			float *y);
+	/* in place, max-subtracted, fp32 */
+	void (*softmax)(float *x, size_t n);
+	/* h = silu(g) * u, silu(z) = z / (1 + e^-z) */
+	void (*silu_mul)(const float *g, const float *u, size_t n, float *h);
+	void (*add)(const float *a, const float *b, size_t n, float *y);
+	/* y += a * x */
+	void (*axpy)(float a, const float *x, size_t n, float *y);
+	/* Rotate nh heads of one token in place: head h is the dim values at
+	 * x + h * hs; cs holds cos[dim/2] then sin[dim/2] (already multiplied
+	 * by the attention factor).  Pair i is rotated by angle i. */
+	void (*rope)(float *x, size_t nh, size_t hs, size_t dim,
+		     const float *cs, enum ds_rope_style style);
+
+	/* ---- gather, KV cache, attention ---- */
+	/* Row `row` of the [n, k] matrix w (any type) as k floats. */
+	void (*dequant_row)(const ds_mat *w, uint64_t row, float *out);
+	/* x[n] -> one cache row of type t (n a multiple of 32 for q8). */
+	void (*kv_store)(enum ds_kvtype t, const float *x, size_t n, void *dst);
+	/* scratch: DS_ATTN_SCRATCH(j->g, j->k.dim, j->v.dim) floats, 64-byte
+	 * aligned */
+	void (*attn)(const ds_attn_job *j, float *scratch);
+
+	/* ---- measurement probes (ds-bench) ---- */
+	/* Read n bytes (a multiple of 256) with the widest loads; the result
+	 * only keeps the loads from being optimized away. */
+	uint64_t (*read_probe)(const uint8_t *p, size_t n);
+	/* `iters` rounds of independent dot-product instructions of one
+	 * kind (DS_PEAK_*); returns the multiply-adds done. */
+	uint64_t (*peak_probe)(int kind, uint64_t iters);
+} ds_kernels;
+
+enum {
+	DS_PEAK_INT8,   /* u8 x s8 (vpdpbusd; vpmaddubsw + vpmaddwd on AVX2) */
+	DS_PEAK_BF16,   /* bf16 pairs (vdpbf16ps; FMA on bf16 widened to fp32) */
+	DS_PEAK_FP32,   /* fp32 FMA */
+};
+
+/* Choose the table (once; later calls return the first outcome): DS_ISA
+ * if set, else the best the CPU has.  -1 if DS_ISA names an unknown ISA
+ * or one this CPU lacks. */
+int ds_kernels_init(ds_err *err);
+/* The chosen table; ds_kernels_init must have succeeded. */
+const ds_kernels *ds_kernels_get(void);
+/* The chosen ISA's name, as `ds-run --verbose` and ds-bench print it. */
+const char *ds_kernels_name(void);
+/* The table of one ISA, or NULL if this CPU (or OS) lacks it.  For tests
+ * and benchmarks. */
+const ds_kernels *ds_kernels_isa(enum ds_isa isa);
+/* 1 if the CPU and OS support the ISA. */
+int ds_isa_supported(enum ds_isa isa);
+/* "scalar", "avx2", "avx2+avxvnni", "avx512" */
+const char *ds_isa_name(enum ds_isa isa);
+
+/* Per-ISA table constructors (kernels/<isa>.c): each fills the entries it
+ * has and leaves the others as they were (the next ISA down's). */
+void ds_kernels_fill_scalar(ds_kernels *k);
+void ds_kernels_fill_avx2(ds_kernels *k);
+void ds_kernels_fill_avxvnni(ds_kernels *k);
+void ds_kernels_fill_avx512(ds_kernels *k);
+
+#endif

@@ -1,0 +1,149 @@
+/*
+ * x86_q256.h - the 256-bit q4 and q8 matrix kernels, shared by avx2.c
+ * (int8 dot products by vpmaddubsw + vpmaddwd) and avxvnni.c (vpdpbusd).
+ * The includer defines
+ *   QDOT(acc, u, s)   acc + the sum of 4 u8 x s8 products per 32-bit lane
+ *                     (u in 0..15 here, so vpmaddubsw cannot saturate)
+ *   Q8DOT(acc, u, s)  acc + sum (u - Q8_BIAS') products per lane for the
+ *                     biased q8 weights u in 1..255
+ *   Q8_BIAS           128 if Q8DOT leaves the bias in (it is then removed
+ *                     through the block sums), 0 if it takes it out itself
+ * A row-set's 64-byte chunk is two vectors: rows 0-7 and rows 8-15.
+ */
+#define AI static inline __attribute__((always_inline))
+#define QTT_MAX 2   /* activation rows per tile: 16 ymm registers */
+
+AI __m256i q_bcast32(const void *p)
+{
+	int32_t v;
+
+	memcpy(&v, p, 4);
+	return _mm256_set1_epi32(v);
+}
+
+/* lanes of rows 8h .. 8h+7 that exist */
+AI __m256i q_rowmask(const ds_mat *w, size_t rs, int h)
+{
+	int64_t left = (int64_t)(w->n - rs * DS_ROWSET) - 8 * h;
+	const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+
+	return _mm256_cmpgt_epi32(_mm256_set1_epi32(left > 8 ? 8 : (int)left), lane);
+}
+
+AI __m256 q_zero8(const uint8_t *p)
+{
+	return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)p)));
+}
+
+/* One row-set (two halves) by TT activation rows; is4 selects q4 or q8. */
+AI void q_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
+	       float *y, size_t ldy, const __m256i *rm, const int is4,
+	       const int TT)
+{
+	const size_t kp = w->kp, G = w->type.group, ng = kp / G;
+	const size_t nb = x->ldq / DS_QBLOCK;
+	const uint8_t *sc = rs + (is4 ? 8 : 16) * kp, *zp = sc + 32 * ng;
+	const __m256i m4 = _mm256_set1_epi8(15);
+	__m256 acc[QTT_MAX][2];
+	size_t g, k;
+	int t, c, h;
+
+	#pragma GCC unroll 8
+	for (t = 0; t < TT; t++)
+		acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+	for (g = 0; g < ng; g++) {
+		__m256 A[QTT_MAX][2];
+		float S[QTT_MAX];
+
+		#pragma GCC unroll 8
+		for (t = 0; t < TT; t++) {
+			A[t][0] = A[t][1] = _mm256_setzero_ps();
+			S[t] = 0;
+		}
+		for (k = g * G; k < (g + 1) * G; k += DS_QBLOCK) {
+			__m256i d[QTT_MAX][2];
+
+			#pragma GCC unroll 8
+			for (t = 0; t < TT; t++)
+				d[t][0] = d[t][1] = _mm256_setzero_si256();
+						for (c = 0; c < (is4 ? 4 : 8); c++) {
+				const uint8_t *wp = rs + (is4 ? 8 : 16) * k + 64 * c;
+
+				#pragma GCC unroll 8
+				for (h = 0; h < 2; h++) {
+					__m256i wv = _mm256_loadu_si256((const void *)(wp + 32 * h));
+
+					#pragma GCC unroll 8
+					for (t = 0; t < TT; t++) {
+						const int8_t *xq = x->q + (t0 + t) * x->ldq + k;
+
+						if (is4) {
+							d[t][h] = QDOT(d[t][h], _mm256_and_si256(wv, m4),
+								       q_bcast32(xq + 8 * c));
+							d[t][h] = QDOT(d[t][h],
+								_mm256_and_si256(_mm256_srli_epi16(wv, 4), m4),
+								q_bcast32(xq + 8 * c + 4));
+						} else {
+							d[t][h] = Q8DOT(d[t][h], wv, q_bcast32(xq + 4 * c));
+						}
+					}
+				}
+			}
+			#pragma GCC unroll 8
+			for (t = 0; t < TT; t++) {
+				size_t b = (t0 + t) * nb + k / DS_QBLOCK;
+				__m256 db = _mm256_set1_ps(x->qd[b]);
+
+				#pragma GCC unroll 8
+				for (h = 0; h < 2; h++)
+					A[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d[t][h]), db, A[t][h]);
+				S[t] += x->qs[b];
+			}
+		}
+		#pragma GCC unroll 8
+		for (h = 0; h < 2; h++) {
+			__m256 s = _mm256_cvtph_ps(_mm_loadu_si128((const void *)(sc + 32 * g + 16 * h)));
+			__m256 z = is4 ? q_zero8(zp + 16 * g + 8 * h) : _mm256_set1_ps(Q8_BIAS);
+
+			#pragma GCC unroll 8
+			for (t = 0; t < TT; t++)
+				acc[t][h] = _mm256_fmadd_ps(s, _mm256_fnmadd_ps(z, _mm256_set1_ps(S[t]),
+										A[t][h]), acc[t][h]);
+		}
+	}
+	#pragma GCC unroll 8
+	for (t = 0; t < TT; t++)
+		#pragma GCC unroll 8
+		for (h = 0; h < 2; h++)
+			_mm256_maskstore_ps(y + (t0 + t) * ldy + 8 * h, rm[h], acc[t][h]);
+}
+
+AI void q_mm(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
+	     size_t rs0, size_t rs1, const int is4)
+{
+	size_t rs, t;
+
+	for (rs = rs0; rs < rs1; rs++) {
+		const uint8_t *p = w->data + rs * w->rs_bytes;
+		__m256i rm[2] = { q_rowmask(w, rs, 0), q_rowmask(w, rs, 1) };
+
+		for (t = 0; t < x->t; t += QTT_MAX) {
+			if (x->t - t >= 2)
+				q_tile(w, p, x, t, y + rs * DS_ROWSET, ldy, rm, is4, 2);
+			else
+				q_tile(w, p, x, t, y + rs * DS_ROWSET, ldy, rm, is4, 1);
+		}
+	}
+}
+
+static void mm_q4(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
+		  size_t rs0, size_t rs1)
+{
+	q_mm(w, x, y, ldy, rs0, rs1, 1);
+}
+
+static void mm_q8(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
+		  size_t rs0, size_t rs1)
+{
+	q_mm(w, x, y, ldy, rs0, rs1, 0);
+}

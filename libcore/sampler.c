@@ -1,0 +1,248 @@
+/* sampler.c - repetition penalty, top-k, top-p, min-p, temperature. */
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sampler.h"
+
+void ds_sampler_defaults(ds_sampler_params *p)
+{
+	p->temp = 0.8f;
+	p->top_k = 40;
+	p->top_p = 0.95f;
+	p->min_p = 0.05f;
+	p->repeat_penalty = 1.0f;
+	p->repeat_last_n = 64;
+	p->seed = 0;
+}
+
+static uint64_t splitmix64(uint64_t *x)
+{
+	uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k)
+{
+	return (x << k) | (x >> (64 - k));
+}
+
+static uint64_t next(uint64_t *s)
+{
+	uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+
+	s[2] ^= s[0];
+	s[3] ^= s[1];
+	s[1] ^= s[2];
+	s[0] ^= s[3];
+	s[2] ^= t;
+	s[3] = rotl(s[3], 45);
+	return r;
+}
+
+double ds_sampler_uniform(ds_sampler *s)
+{
+	return (double)(next(s->rng) >> 11) * 0x1p-53;
+}
+
+int ds_sampler_init(ds_sampler *s, const ds_sampler_params *p, int n_vocab,
+		    ds_err *err)
+{
+	uint64_t x;
+	int i;
+
+	memset(s, 0, sizeof *s);
+	if (n_vocab <= 0)
+		return ds_errf(err, "sampler: vocabulary size %d", n_vocab);
+	s->p = *p;
+	if (s->p.repeat_last_n < 0)
+		s->p.repeat_last_n = 0;
+	s->n_vocab = n_vocab;
+	x = p->seed;
+	for (i = 0; i < 4; i++)
+		s->rng[i] = splitmix64(&x);
+	s->recent = ds_calloc((size_t)s->p.repeat_last_n + 1, sizeof *s->recent, err);
+	s->cand = ds_calloc((size_t)n_vocab, sizeof *s->cand, err);
+	s->prob = ds_calloc((size_t)n_vocab, sizeof *s->prob, err);
+	if (s->recent == NULL || s->cand == NULL || s->prob == NULL) {
+		ds_sampler_free(s);
+		return -1;
+	}
+	return 0;
+}
+
+void ds_sampler_free(ds_sampler *s)
+{
+	free(s->recent);
+	free(s->cand);
+	free(s->prob);
+	s->recent = NULL;
+	s->cand = NULL;
+	s->prob = NULL;
+}
+
+void ds_sampler_accept(ds_sampler *s, int32_t token)
+{
+	int n = s->p.repeat_last_n;
+
+	if (n == 0)
+		return;
+	s->recent[s->head] = token;
+	s->head = (s->head + 1) % n;
+	if (s->n_recent < n)
+		s->n_recent++;
+}
+
+/* CTRL-style penalty, as llama.cpp: divide positive logits, multiply
+ * negative ones, once per distinct recent token. */
+static void penalize(ds_sampler *s, float *logits)
+{
+	float r = s->p.repeat_penalty;
+	int i, j;
+
+	if (r == 1.0f)
+		return;
+	for (i = 0; i < s->n_recent; i++) {
+		int32_t t = s->recent[i];
+
+		for (j = 0; j < i; j++)
+			if (s->recent[j] == t)
+				break;
+		if (j < i || t < 0 || t >= s->n_vocab)
+			continue;
+		logits[t] = logits[t] > 0 ? logits[t] / r : logits[t] * r;
+	}
+}
+
+static int32_t argmax(const float *x, int n)
+{
+	int32_t best = 0;
+	int i;
+
+	for (i = 1; i < n; i++)
+		if (x[i] > x[best])
+			best = i;
+	return best;
+}
+
+/* "a before b": higher logit first, lower id on ties.  A total order, so
+ * the result never depends on the sort algorithm. */
+static int before(const struct ds_cand *a, const struct ds_cand *b)
+{
+	return a->logit > b->logit || (a->logit == b->logit && a->id < b->id);
+}
+
+static int cmp_cand(const void *pa, const void *pb)
+{
+	const struct ds_cand *a = pa, *b = pb;
+
+	return before(a, b) ? -1 : before(b, a) ? 1 : 0;
+}
+
+/* Sift down in a heap whose root is the *worst* kept candidate. */
+static void sift(struct ds_cand *h, int n, int i)
+{
+	for (;;) {
+		int l = 2 * i + 1, r = l + 1, w = i;
+		struct ds_cand t;
+
+		if (l < n && before(&h[w], &h[l]))
+			w = l;
+		if (r < n && before(&h[w], &h[r]))
+			w = r;
+		if (w == i)
+			return;
+		t = h[i];
+		h[i] = h[w];
+		h[w] = t;
+		i = w;
+	}
+}
+
+/* The best k candidates, sorted, in s->cand[0..k); returns k. */
+static int select_top(ds_sampler *s, const float *logits, int k)
+{
+	struct ds_cand *c = s->cand;
+	int n = s->n_vocab, i;
+
+	if (k <= 0 || k > n)
+		k = n;
+	for (i = 0; i < k; i++) {
+		c[i].logit = logits[i];
+		c[i].id = i;
+	}
+	if (k < n) {
+		for (i = k / 2 - 1; i >= 0; i--)
+			sift(c, k, i);
+		for (i = k; i < n; i++) {
+			struct ds_cand x = { logits[i], i };
+
+			if (before(&x, &c[0])) {
+				c[0] = x;
+				sift(c, k, 0);
+			}
+		}
+	}
+	qsort(c, (size_t)k, sizeof *c, cmp_cand);
+	return k;
+}
+
+/* Softmax over the sorted candidates at temperature 1, into prob[]; then
+ * cut by top-p and min-p.  Returns how many survive (at least 1). */
+static int cut(ds_sampler *s, int n, float *prob)
+{
+	const struct ds_cand *c = s->cand;
+	double sum = 0, acc = 0;
+	int i, keep = n;
+
+	for (i = 0; i < n; i++) {
+		prob[i] = expf(c[i].logit - c[0].logit);
+		sum += prob[i];
+	}
+	if (s->p.top_p < 1.0f) {
+		for (i = 0; i < n; i++) {
+			acc += prob[i] / sum;
+			if (acc >= s->p.top_p) {
+				keep = i + 1;
+				break;
+			}
+		}
+	}
+	if (s->p.min_p > 0.0f) {
+		/* prob[0] is the largest: exp(0) = 1 before normalization */
+		for (i = 1; i < keep; i++)
+			if (prob[i] < s->p.min_p) {
+				keep = i;
+				break;
+			}
+	}
+	return keep;
+}
+
+int32_t ds_sampler_sample(ds_sampler *s, float *logits)
+{
+	struct ds_cand *c = s->cand;
+	double sum = 0, u, acc = 0;
+	int n, i;
+
+	penalize(s, logits);
+	if (s->p.temp <= 0.0f)
+		return argmax(logits, s->n_vocab);
+	n = select_top(s, logits, s->p.top_k);
+	n = cut(s, n, s->prob);
+	for (i = 0; i < n; i++) {
+		c[i].logit = expf((c[i].logit - c[0].logit) / s->p.temp);
+		sum += c[i].logit;
+	}
+	u = ds_sampler_uniform(s) * sum;
+	for (i = 0; i < n; i++) {
+		acc += c[i].logit;
+		if (u < acc)
+			return c[i].id;
+	}
+	return c[n - 1].id;
+}
