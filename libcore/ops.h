@@ -44,6 +44,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hfconfig.h"
 #include "kernels.h"
 #include "threads.h"
 #include "types.h"
@@ -183,23 +184,6 @@ void ds_softmax(ds_ctx *c, float *x, size_t ld, size_t t, size_t n);
 
 #define DS_ROPE_MAXDIM 512
 
-enum ds_rope_scale {
-	DS_ROPE_SCALE_NONE,
-	DS_ROPE_SCALE_LINEAR,   /* positions divided by factor */
-	DS_ROPE_SCALE_YARN,     /* DeepSeek-V2/V3 */
-	DS_ROPE_SCALE_LLAMA3,   /* Llama 3.1 (R1-Distill-Llama) */
-};
-
-/* model.meta's rope_scaling (ds-model(5)). */
-typedef struct ds_rope_scaling {
-	enum ds_rope_scale type;
-	double factor;
-	double original_ctx;            /* original_max_position_embeddings */
-	double beta_fast, beta_slow;    /* YaRN */
-	double mscale, mscale_all_dim;  /* YaRN */
-	double low_freq_factor, high_freq_factor;   /* llama3 */
-} ds_rope_scaling;
-
 /* The precomputed frequencies of one RoPE: pair i of a head (neox:
  * (x[i], x[i + dim/2]), interleaved: (x[2i], x[2i+1])) is rotated at
  * position p by p * inv_freq[i]; cos and sin are multiplied by attn_factor
@@ -211,12 +195,14 @@ typedef struct ds_rope {
 	double attn_factor;
 } ds_rope;
 
-/* theta: rope_theta; sc NULL or type NONE: plain RoPE. */
-int ds_rope_init(ds_rope *r, enum ds_rope_style style, uint32_t dim,
-		 double theta, const ds_rope_scaling *sc, ds_err *err);
+/* The RoPE of a model: hp's rope_style, rope_theta and rope_scaling
+ * (none, linear, yarn, llama3), over the first dim values of a head
+ * (head_dim; DeepSeek: qk_rope_head_dim).  Frequencies in double, as
+ * DeepSeek's and transformers' formulas give them. */
+int ds_rope_init(ds_rope *r, const ds_hparams *hp, uint32_t dim, ds_err *err);
 /* The factor YaRN puts on the softmax scale, mscale(factor,
  * mscale_all_dim)^2 (1 without YaRN): scale = this / sqrt(d_qk). */
-double ds_rope_attn_scale(const ds_rope_scaling *sc);
+double ds_rope_attn_scale(const ds_hparams *hp);
 /* Rotate, in place, the first r->dim values of nh heads of T tokens: head
  * h of token t at x + t * ldx + h * hs (ldx 0: nh * hs), at position
  * pos[t], or pos0 + t when pos is NULL.  Angles are formed in double. */

@@ -461,18 +461,39 @@ static void test_attention(void)
 
 /* ---- RoPE ------------------------------------------------------------------------- */
 
+static ds_hparams rope_hp(enum ds_rope_style st, double theta, enum ds_rope_scaling type,
+			  double factor, uint32_t l0)
+{
+	ds_hparams hp;
+
+	memset(&hp, 0, sizeof hp);
+	hp.rope_style = st;
+	hp.rope_theta = theta;
+	hp.rope_scaling.type = type;
+	hp.rope_scaling.factor = factor;
+	hp.rope_scaling.original_ctx = l0;
+	return hp;
+}
+
 static void test_rope_tables(void)
 {
-	ds_rope_scaling y = { DS_ROPE_SCALE_YARN, 40, 4096, 32, 1, 0.707, 0.707, 0, 0 };
-	ds_rope_scaling l3 = { DS_ROPE_SCALE_LLAMA3, 8, 8192, 0, 0, 0, 0, 1, 4 };
+	ds_hparams y = rope_hp(DS_ROPE_INTERLEAVED, 10000, DS_ROPE_SCALING_YARN, 40, 4096);
+	ds_hparams l3 = rope_hp(DS_ROPE_NEOX, 500000, DS_ROPE_SCALING_LLAMA3, 8, 8192);
+	ds_hparams bad = rope_hp(DS_ROPE_NEOX, 0.5, DS_ROPE_SCALING_NONE, 0, 0);
 	ds_rope r;
 	ds_err err;
 	double orig;
 	int i;
 
+	y.rope_scaling.beta_fast = 32;
+	y.rope_scaling.beta_slow = 1;
+	y.rope_scaling.mscale = y.rope_scaling.mscale_all_dim = 0.707;
+	l3.rope_scaling.low_freq_factor = 1;
+	l3.rope_scaling.high_freq_factor = 4;
 	/* DeepSeek YaRN: pairs 0-10 keep their frequency, 23-31 are divided
 	 * by the factor, 11-22 are blended (docs/spec/deepseek_arch.md 4.2) */
-	T_CHECK(ds_rope_init(&r, DS_ROPE_INTERLEAVED, 64, 10000, &y, &err) == 0);
+	T_CHECK(ds_rope_init(&r, &y, 64, &err) == 0);
+	T_CHECK(r.style == DS_ROPE_INTERLEAVED && r.dim == 64);
 	for (i = 0; i < 32; i++) {
 		orig = pow(10000, -2.0 * i / 64);
 		if (i <= 10)
@@ -484,11 +505,13 @@ static void test_rope_tables(void)
 	}
 	T_NEAR(r.inv_freq[16], pow(10000, -32.0 / 64) * (1 - 6.0 / 13 + 6.0 / 13 / 40), 1e-15);
 	T_NEAR(r.attn_factor, 1.0, 1e-12);
+	/* the softmax scale factors the specification lists for V2 and V3 */
 	T_NEAR(ds_rope_attn_scale(&y), 1.589626, 1e-6);
-	y.mscale = y.mscale_all_dim = 1.0;
+	y.rope_scaling.mscale = y.rope_scaling.mscale_all_dim = 1.0;
 	T_NEAR(ds_rope_attn_scale(&y), 1.873854, 1e-6);
+	T_NEAR(ds_rope_attn_scale(&l3), 1.0, 0);
 	/* Llama 3.1: high frequencies kept, low divided by 8 */
-	T_CHECK(ds_rope_init(&r, DS_ROPE_NEOX, 128, 500000, &l3, &err) == 0);
+	T_CHECK(ds_rope_init(&r, &l3, 128, &err) == 0);
 	T_NEAR(r.inv_freq[0], 1.0, 1e-15);
 	T_NEAR(r.inv_freq[63], pow(500000, -126.0 / 128) / 8, 1e-18);
 	for (i = 0; i < 64; i++) {
@@ -501,27 +524,27 @@ static void test_rope_tables(void)
 		else
 			T_CHECK(r.inv_freq[i] < f && r.inv_freq[i] > f / 8);
 	}
-	T_CHECK(ds_rope_init(&r, DS_ROPE_NEOX, 63, 10000, NULL, &err) == -1);
-	T_CHECK(ds_rope_init(&r, DS_ROPE_NEOX, 64, 0.5, NULL, &err) == -1);
-	l3.high_freq_factor = 0.5;
-	T_CHECK(ds_rope_init(&r, DS_ROPE_NEOX, 64, 10000, &l3, &err) == -1);
+	T_CHECK(ds_rope_init(&r, &l3, 63, &err) == -1);
+	T_CHECK(ds_rope_init(&r, &bad, 64, &err) == -1);
+	l3.rope_scaling.high_freq_factor = 0.5;
+	T_CHECK(ds_rope_init(&r, &l3, 64, &err) == -1);
 }
 
 /* At large positions the angle is formed in double. */
 static void test_rope_apply(void)
 {
-	ds_rope_scaling lin = { DS_ROPE_SCALE_LINEAR, 4, 0, 0, 0, 0, 0, 0, 0 };
 	size_t nh = 3, hs = 80, dim = 64, t = 4, i, h, tt;
 	int32_t pos[4] = { 0, 7, 100000, 163839 };
 	int st, p;
 
 	for (st = 0; st < 2; st++) {
+		ds_hparams lin = rope_hp((enum ds_rope_style)st, 10000, DS_ROPE_SCALING_LINEAR, 4, 0);
 		ds_rope r;
 		ds_err err;
 		float *x = rnd(t * nh * hs, 1), *y = malloc(t * nh * hs * 4);
 		int bad = 0;
 
-		T_CHECK(ds_rope_init(&r, (enum ds_rope_style)st, dim, 10000, &lin, &err) == 0);
+		T_CHECK(ds_rope_init(&r, &lin, dim, &err) == 0);
 		for (p = 0; p < 2; p++) {
 			memcpy(y, x, t * nh * hs * 4);
 			ds_rope_apply(&ctxs[p], &r, y, 0, t, nh, hs, pos, 0);
