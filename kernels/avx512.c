@@ -809,8 +809,9 @@ static uint64_t read_probe(const uint8_t *p, size_t n)
 		c = _mm512_add_epi64(c, _mm512_load_si512(p + i + 128));
 		d = _mm512_add_epi64(d, _mm512_load_si512(p + i + 192));
 	}
-	return (uint64_t)_mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_add_epi64(a, b),
-								  _mm512_add_epi64(c, d)));
+	/* or, not add: the intrinsic's reduction is signed C arithmetic */
+	return (uint64_t)_mm512_reduce_or_epi64(_mm512_xor_si512(_mm512_xor_si512(a, b),
+								 _mm512_xor_si512(c, d)));
 }
 
 /* PEAK_ACC independent accumulators in named registers (an array would
