@@ -6,7 +6,7 @@
  * activation rows (normalize, permute, quantize; rows split over the
  * threads), meet at a barrier, then each computes its share of the output
  * row-sets (split with ds_split, the same share on every call) for blocks
- * of TB activation rows at a time.
+ * of ops_tb() activation rows at a time.
  */
 #include "ops_int.h"
 
@@ -184,6 +184,8 @@ static void mm_fn(void *arg, int ith, int nth)
 	mm_prep(j, ith, nth);
 	ds_pool_barrier(j->c->pool);
 	ds_split(j->sets[j->n], ith, nth, &b, &e);
+	size_t TB = ops_tb(j->dst->ldq);
+
 	for (tb = 0; tb < j->t; tb += TB) {
 		size_t nt = j->t - tb < TB ? j->t - tb : TB;
 
@@ -302,7 +304,7 @@ static void ffn_block(struct ffn_job *j, int ith, size_t b, size_t e,
 		      size_t tb, size_t nt, int pass)
 {
 	const ds_kernels *K = j->c->kern;
-	float *tg = ops_thr(j->c, ith), *tu = tg + TB * DS_ROWSET;
+	float *tg = ops_thr(j->c, ith), *tu = tg + TB_MAX * DS_ROWSET;
 	ds_act ag = ops_act(j->dst, need_of(j->gate->type), tb, nt);
 	ds_act au = ops_act(j->dst, need_of(j->up->type), tb, nt);
 	size_t rs, t;
@@ -333,7 +335,7 @@ static void ffn_fn(void *arg, int ith, int nth)
 {
 	struct ffn_job *j = arg;
 	int ng = need_of(j->gate->type), nu = need_of(j->up->type), pass;
-	size_t b, e, tb;
+	size_t b, e, tb, TB = ops_tb(j->dst->ldq);
 
 	ds_split((j->gate->n + DS_ROWSET - 1) / DS_ROWSET, ith, nth, &b, &e);
 	for (pass = j->two_pass ? 1 : 0; pass <= (j->two_pass ? 2 : 0); pass++) {

@@ -22,6 +22,7 @@
 static uint64_t seed;
 static ds_pool *pools[2];
 static ds_ctx ctxs[2];
+static ds_ctx wide;   /* 2 threads, max_k so large that a block is 12 rows */
 static const ds_ttype types[] = {
 	{ DS_Q4, 32 }, { DS_Q4, 128 }, { DS_Q8, 64 }, { DS_BF16, 0 },
 	{ DS_F16, 0 }, { DS_F32, 0 },
@@ -348,6 +349,49 @@ static void test_moe(void)
 				tmat_free(&g); tmat_free(&u); tmat_free(&d);
 				free(x); free(y0); free(y1); free(w); free(tmp); free(mag); free(ids);
 			}
+}
+
+/* Blocks of activation rows (the op layer's cache blocking) change no
+ * value: a context whose block is 12 rows against one that takes all 40
+ * at once. */
+static void test_blocks(void)
+{
+	size_t k = 96, n = 50, ff = 40, t = 40, ne = 2, used = 2, i;
+	float *x = rnd(t * k, 2), *y0 = malloc(t * n * 4), *y1 = malloc(t * n * 4);
+	float *h0 = malloc(t * ff * 4), *h1 = malloc(t * ff * 4), *m2 = malloc(t * k * 4);
+	float *m0 = rnd(t * k, 1), *m1 = malloc(t * k * 4), *w = malloc(t * used * 4);
+	int32_t *ids = malloc(t * used * 4);
+	int ti;
+
+	for (i = 0; i < t * used; i++) {
+		ids[i] = (int32_t)(i % used);
+		w[i] = 0.5f;
+	}
+	for (ti = 0; ti < 4; ti++) {
+		tmat a, g, u, eg, eu, ed;
+		ds_in in = { x, 0, t, NULL, 0 };
+
+		tmat_init(&a, types[ti], 1, n, k, 0);
+		tmat_init(&g, types[ti], 1, ff, k, 0);
+		tmat_init(&u, types[ti], 1, ff, k, 0);
+		ds_matmul(&ctxs[0], &a.m, x, t, y0);
+		ds_matmul(&wide, &a.m, x, t, y1);
+		T_CHECK(same(y0, y1, t * n));
+		ds_ffn_gate_up(&ctxs[1], &g.m, &u.m, &in, h0, 0);
+		ds_ffn_gate_up(&wide, &g.m, &u.m, &in, h1, 0);
+		T_CHECK(same(h0, h1, t * ff));
+		tmat_init(&eg, types[ti], ne, ff, k, 0);
+		tmat_init(&eu, types[ti], ne, ff, k, 0);
+		tmat_init(&ed, types[ti], ne, k, ff, 0);
+		memcpy(m1, m0, t * k * 4);
+		ds_moe(&ctxs[1], &eg.m, &eu.m, &ed.m, x, 0, t, ids, w, used, m1, 0);
+		memcpy(m2, m0, t * k * 4);
+		ds_moe(&wide, &eg.m, &eu.m, &ed.m, x, 0, t, ids, w, used, m2, 0);
+		T_CHECKF(same(m1, m2, t * k), "type %d", ti);
+		tmat_free(&a); tmat_free(&g); tmat_free(&u);
+		tmat_free(&eg); tmat_free(&eu); tmat_free(&ed);
+	}
+	free(x); free(y0); free(y1); free(h0); free(h1); free(m0); free(m1); free(m2); free(w); free(ids);
 }
 
 /* ---- attention ---------------------------------------------------------------- */
@@ -779,6 +823,14 @@ int main(void)
 			return 1;
 		}
 	}
+	{
+		ds_ctx_cfg wcfg = { 40, 65536, 128, 0, 64, 3, 65536, 128, 16, 576, 64 };
+
+		if (ds_ctx_init(&wide, pools[1], &wcfg, &err) != 0) {
+			printf("Bail out! %s\n", err.msg);
+			return 1;
+		}
+	}
 	printf("# kernels %s\n", ds_kernels_name());
 	T_RUN(test_mat_init);
 	T_RUN(test_matmul);
@@ -786,6 +838,7 @@ int main(void)
 	T_RUN(test_perm);
 	T_RUN(test_ffn);
 	T_RUN(test_moe);
+	T_RUN(test_blocks);
 	T_RUN(test_attention);
 	T_RUN(test_rope_tables);
 	T_RUN(test_rope_apply);
@@ -793,6 +846,7 @@ int main(void)
 	T_RUN(test_route);
 	T_RUN(test_embed);
 	T_RUN(test_elementwise);
+	ds_ctx_free(&wide);
 	for (p = 0; p < 2; p++) {
 		ds_ctx_free(&ctxs[p]);
 		ds_pool_free(pools[p]);
