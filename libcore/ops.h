@@ -71,6 +71,10 @@ typedef struct ds_ctx_cfg {
 	size_t max_head;    /* widest key or value row in attention
 			       (head_dim; MLA: 576) */
 	size_t max_rope;    /* widest rotated part (head_dim, qk_rope_head_dim) */
+	size_t head_rows;   /* ds_matmul_heads: most T * heads per call, 0 if
+			       unused (MLA decode: tokens * n_head) */
+	size_t head_k;      /* ds_matmul_heads: widest per-head input, as kp
+			       (MLA: qk_nope_head_dim and kv_lora_rank) */
 } ds_ctx_cfg;
 
 /* Prepared activation rows (kernels.h ds_act): row r of q at q + r * ldq,
@@ -97,6 +101,7 @@ typedef struct ds_ctx {
 	int32_t *moe_tok, *moe_off;
 	float *moe_w, *moe_h;
 	ds_actbuf moe_x, moe_hq;
+	ds_actbuf heads;    /* [head_rows] rows of head_k: ds_matmul_heads */
 	/* per thread: tiles, attention scratch, RoPE tables */
 	uint8_t *thr;
 	size_t thr_bytes;
@@ -111,12 +116,17 @@ void ds_ctx_free(ds_ctx *c);
 
 /* The matrix view of a model tensor: ndim 2 ([n, k]) or 3 ([ne, n, k],
  * experts); bytes must be exactly what ds_tensor_bytes gives; perm NULL or
- * an i32 [k] (3-D: [ne, k]) permutation of 0 .. k-1, checked. */
+ * an i32 [k] (3-D: [ne, k]) permutation of 0 .. k-1, checked, for the
+ * q4, q8 and bf16 types only (GPTQ act-order). */
 int ds_mat_init(ds_mat *m, ds_ttype t, const void *data, uint64_t bytes,
 		int ndim, const uint64_t *shape, const int32_t *perm,
 		ds_err *err);
 /* Expert e of a 3-D tensor, as a 2-D matrix. */
 ds_mat ds_mat_expert(const ds_mat *m, uint64_t e);
+/* Rows r0 .. r0+n-1 of a 2-D matrix, r0 a multiple of 16 (one head's
+ * rows of a projection: MLA's W_UV[h] = rows h*(nope+v)+nope .. of
+ * attn_kv_b). */
+ds_mat ds_mat_rows(const ds_mat *m, uint64_t r0, uint64_t n);
 
 /* ---- matrix products -------------------------------------------------------- */
 
@@ -147,6 +157,16 @@ void ds_matmul(ds_ctx *c, const ds_mat *w, const float *x, size_t t, float *y);
  * distinct permutation, and all outputs' row-sets are split over the
  * threads in one job.  All matrices have the same k. */
 void ds_matmul_many(ds_ctx *c, const ds_in *in, const ds_mm_out *out, int n);
+
+/* Per-head products in one job (MLA decode: the absorbed query
+ * q_c[h] = W_UK[h]^T q_nope[h] and the value projection o[h] =
+ * W_UV[h] o_c[h]): y[t][h] = x[t][h] w[h]^T for h < nh, t < T, with
+ * w[nh] matrices of one type and shape [n, k] (ds_mat_expert or
+ * ds_mat_rows views); x[t][h] at x + t * ldx + h * hsx (k floats), y[t][h]
+ * at y + t * ldy + h * hsy (n floats).  T * nh <= cfg.head_rows. */
+void ds_matmul_heads(ds_ctx *c, const ds_mat *w, size_t nh, const float *x,
+		     size_t ldx, size_t hsx, size_t t, float *y, size_t ldy,
+		     size_t hsy);
 
 /* h [T][ldh] = silu(x W_gate^T) * (x W_up^T), gate and up [n_ff, k]:
  * both products of a row-set are combined in cache; ldh 0: n_ff. */

@@ -67,6 +67,18 @@ ds_mat ds_mat_expert(const ds_mat *m, uint64_t e)
 	return r;
 }
 
+ds_mat ds_mat_rows(const ds_mat *m, uint64_t r0, uint64_t n)
+{
+	ds_mat r;
+
+	DS_ASSERT(r0 % DS_ROWSET == 0 && r0 + n <= m->n && m->ne == 1);
+	r = ds_mat_from_rowset(m, r0 / DS_ROWSET);
+	r.n = n;
+	r.e_bytes = ds_ttype_interleaved(m->type) ? m->rs_bytes * ((n + DS_ROWSET - 1) / DS_ROWSET)
+						  : n * m->k * (m->type.dt == DS_F16 ? 2 : 4);
+	return r;
+}
+
 /* ---- preparing activations -------------------------------------------------- */
 
 void ops_prep_row(const ds_ctx *c, const float *x, size_t k, size_t kp,
@@ -271,6 +283,66 @@ void ds_matmul(ds_ctx *c, const ds_mat *w, const float *x, size_t t, float *y)
 	ds_mm_out o = { w, y, w->n };
 
 	ds_matmul_many(c, &in, &o, 1);
+}
+
+/* ---- per-head products -------------------------------------------------------- */
+
+struct heads_job {
+	ds_ctx *c;
+	const ds_mat *w;
+	size_t nh, t, ldx, hsx, ldy, hsy;
+	const float *x;
+	float *y;
+};
+
+/* Prepared row h * T + t is x[t][h]: each head's rows are contiguous. */
+static void heads_fn(void *arg, int ith, int nth)
+{
+	struct heads_job *j = arg;
+	const ds_mat *w0 = &j->w[0];
+	size_t sets = (w0->n + DS_ROWSET - 1) / DS_ROWSET, b, e, i, kp = ds_round_up(w0->kp, DS_QBLOCK);
+	int need = need_of(w0->type);
+
+	ds_split(j->nh * j->t, ith, nth, &b, &e);
+	for (i = b; i < e; i++) {
+		size_t h = i / j->t, t = i % j->t;
+
+		ops_prep_row(j->c, j->x + t * j->ldx + h * j->hsx, w0->k, kp, j->w[h].perm,
+			     NULL, 0, need, &j->c->heads, i);
+	}
+	ds_pool_barrier(j->c->pool);
+	ds_split(j->nh * sets, ith, nth, &b, &e);
+	for (i = b; i < e; i++) {
+		size_t h = i / sets, rs = i % sets, t;
+		ds_act a = ops_act(&j->c->heads, need, h * j->t, j->t);
+		ds_mat v = ds_mat_from_rowset(&j->w[h], rs);
+		float tile[DS_ROWSET * 16];
+
+		/* a tile of up to 16 rows at a time: y's heads are strided */
+		for (t = 0; t < j->t; t += 16) {
+			size_t nt = j->t - t < 16 ? j->t - t : 16, r, nv = v.n < DS_ROWSET ? v.n : DS_ROWSET;
+			ds_act at = ds_act_rows(&a, t, nt);
+
+			j->c->kern->mm[v.type.dt](&v, &at, tile, DS_ROWSET, 0, 1);
+			for (r = 0; r < nt; r++)
+				memcpy(j->y + (t + r) * j->ldy + h * j->hsy + rs * DS_ROWSET,
+				       tile + r * DS_ROWSET, nv * sizeof(float));
+		}
+	}
+}
+
+void ds_matmul_heads(ds_ctx *c, const ds_mat *w, size_t nh, const float *x,
+		     size_t ldx, size_t hsx, size_t t, float *y, size_t ldy,
+		     size_t hsy)
+{
+	struct heads_job j = { c, w, nh, t, ldx, hsx, ldy, hsy, x, y };
+	size_t h;
+
+	DS_ASSERT(nh * t <= c->heads.rows && w[0].kp <= c->heads.ldq);
+	for (h = 1; h < nh; h++)
+		DS_ASSERT(w[h].type.dt == w[0].type.dt && w[h].type.group == w[0].type.group &&
+			  w[h].n == w[0].n && w[h].k == w[0].k);
+	ops_run(c, heads_fn, &j);
 }
 
 /* ---- gate and up ------------------------------------------------------------- */

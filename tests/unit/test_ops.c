@@ -394,6 +394,46 @@ static void test_blocks(void)
 	free(x); free(y0); free(y1); free(h0); free(h1); free(m0); free(m1); free(m2); free(w); free(ids);
 }
 
+/* Per-head products equal one product per head, for expert views of a
+ * 3-D tensor and row views of a 2-D one (MLA's W_UK^T and W_UV). */
+static void test_heads(void)
+{
+	size_t nh = 4, n = 40, k = 96, t, h, i;
+	int ti, p;
+
+	for (ti = 0; ti < 6; ti++)
+		for (t = 1; t <= 9; t += 8) {
+			tmat w3, w2;
+			ds_mat v3[4], v2[4];
+			size_t ldx = nh * k + 3, ldy = nh * n + 5;
+			float *x = rnd(t * ldx, 1), *y = malloc(t * ldy * 4), *ref = malloc(t * n * 4);
+			float *xh = malloc(t * k * 4);
+			int bad = 0;
+
+			tmat_init(&w3, types[ti], nh, n, k, ti == 0);
+			tmat_init(&w2, types[ti], 1, nh * 48, k, 0);
+			for (h = 0; h < nh; h++) {
+				v3[h] = ds_mat_expert(&w3.m, h);
+				v2[h] = ds_mat_rows(&w2.m, h * 48, n);
+			}
+			for (p = 0; p < 2; p++) {
+				ds_mat *v = p ? v2 : v3;
+
+				ds_matmul_heads(&ctxs[p], v, nh, x, ldx, k, t, y, ldy, n);
+				for (h = 0; h < nh; h++) {
+					for (i = 0; i < t; i++)
+						memcpy(xh + i * k, x + i * ldx + h * k, k * 4);
+					ds_matmul(&ctxs[0], &v[h], xh, t, ref);
+					for (i = 0; i < t; i++)
+						bad += !same(y + i * ldy + h * n, ref + i * n, n);
+				}
+			}
+			T_CHECKF(bad == 0, "type %d t=%zu: %d rows differ", ti, t, bad);
+			tmat_free(&w3); tmat_free(&w2);
+			free(x); free(y); free(ref); free(xh);
+		}
+}
+
 /* ---- attention ---------------------------------------------------------------- */
 
 static float kv_val(const ds_kv *kv, size_t p, size_t h, size_t i)
@@ -809,7 +849,9 @@ static void test_mat_init(void)
 
 int main(void)
 {
-	ds_ctx_cfg cfg = { 40, 512, 128, 0, 64, 3, 128, 128, 16, 576, 64 };
+	ds_ctx_cfg cfg = { .max_rows = 40, .max_k = 512, .max_ff = 128, .moe_experts = 64,
+			   .moe_used = 3, .moe_k = 128, .moe_ff = 128, .max_group = 16,
+			   .max_head = 576, .max_rope = 64, .head_rows = 64, .head_k = 512 };
 	ds_err err;
 	int p;
 
@@ -824,7 +866,9 @@ int main(void)
 		}
 	}
 	{
-		ds_ctx_cfg wcfg = { 40, 65536, 128, 0, 64, 3, 65536, 128, 16, 576, 64 };
+		ds_ctx_cfg wcfg = cfg;
+
+		wcfg.max_k = wcfg.moe_k = 65536;
 
 		if (ds_ctx_init(&wide, pools[1], &wcfg, &err) != 0) {
 			printf("Bail out! %s\n", err.msg);
@@ -839,6 +883,7 @@ int main(void)
 	T_RUN(test_ffn);
 	T_RUN(test_moe);
 	T_RUN(test_blocks);
+	T_RUN(test_heads);
 	T_RUN(test_attention);
 	T_RUN(test_rope_tables);
 	T_RUN(test_rope_apply);
