@@ -37,22 +37,20 @@ int tk_unigram(const ds_tok *t, const uint8_t *s, size_t n, ds_tok_ids *out,
 	for (size_t start = 0; start < n;) {
 		const float till_here = best[start].score;
 		size_t mblen = "\1\1\1\1\1\1\1\1\1\1\1\1\2\2\3\4"[s[start] >> 4];
-		uint32_t h = TB_HASH_INIT;
+		uint32_t cur = 0;
 		int single = 0;
 
 		mblen = mblen > n - start ? n - start : mblen;
 		for (size_t end = start; end < n; end++) {
-			const struct tb_trie *e;
 			struct tk_node *tn;
 			uint32_t attr;
+			int32_t id;
 
-			h = tb_hash_step(h, s[end]);
-			e = tb_trie_find(t, 1, s + start, end + 1 - start, h);
-			if (e == NULL)
+			if ((cur = tb_trie_step(t, 1, cur, s[end], &id)) == 0)
 				break;
-			if (e->id < 0)
+			if (id < 0)
 				continue;
-			attr = t->tok[e->id].attr;
+			attr = t->tok[id].attr;
 			if (attr & TA_UNUSED)
 				continue;
 			tn = &best[end + 1];
@@ -62,13 +60,13 @@ int tk_unigram(const ds_tok *t, const uint8_t *s, size_t n, ds_tok_ids *out,
 				 * piece's float score */
 				double sc = (attr & TA_ADDED) ?
 					(double)((float)(end + 1 - start) * max_score) - 0.1 :
-					(double)t->tok[e->id].score;
+					(double)t->tok[id].score;
 				double cand = sc + (double)till_here;
 
 				if (tn->starts_at == -1 || cand > (double)tn->score) {
 					tn->score = (float)cand;
 					tn->starts_at = (int32_t)start;
-					tn->id = e->id;
+					tn->id = id;
 				}
 			}
 			if (end + 1 - start == mblen)
