@@ -9,5 +9,6 @@ mkdir -p bench
 	echo
 	echo "$(date -u '+%Y-%m-%d %H:%M UTC') on $(uname -n), $(nproc) CPUs"
 } > bench/report.md
+scripts/bench-convert.sh "$bin"
 scripts/bench-tok.sh "$bin"
 echo "bench: wrote bench/report.md"
