@@ -8,6 +8,7 @@
 
 #include "convert.h"
 #include "hfconfig.h"
+#include "tokenizer/tokenizer.h"
 
 #define MAX_CONFIG_BYTES (16u << 20)
 #define PARALLEL_MIN (1u << 20) /* weights */
@@ -461,10 +462,8 @@ static json_t *model_meta(const ctx *c)
 int ds_convert_extras(const char *src, const char *tmp, json_t *meta,
 		      ds_err *err)
 {
-	/* The tokenizer step (tokenizer.bin, meta "tokenizer" and
-	 * "chat_template") is added here by libcore/tokenizer. */
-	(void)src, (void)tmp, (void)meta, (void)err;
-	return 0;
+	/* tokenizer.bin and the meta's "tokenizer" and "chat_template" */
+	return ds_tok_convert(src, tmp, meta, err);
 }
 
 /* ---- the whole conversion -------------------------------------------------------- */

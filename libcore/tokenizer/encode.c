@@ -69,19 +69,17 @@ static uint32_t last_cp(const uint8_t *s, size_t n)
 static size_t added_at(const ds_tok *t, const uint8_t *s, size_t n,
 		       int norm, int32_t *id)
 {
-	uint32_t h = TB_HASH_INIT;
+	uint32_t cur = 0;
 	size_t best = 0;
 
 	for (size_t k = 0; k < n && k < t->max_added_len; k++) {
-		const struct tb_trie *e;
+		int32_t e;
 
-		h = tb_hash_step(h, s[k]);
-		e = tb_trie_find(t, 0, s, k + 1, h);
-		if (e == NULL)
+		if ((cur = tb_trie_step(t, 0, cur, s[k], &e)) == 0)
 			break;
-		if (e->id >= 0 && !!(t->tok[e->id].attr & TA_NORMALIZED) == norm) {
+		if (e >= 0 && !!(t->tok[e].attr & TA_NORMALIZED) == norm) {
 			best = k + 1;
-			*id = e->id;
+			*id = e;
 		}
 	}
 	return best;
