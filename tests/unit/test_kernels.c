@@ -314,9 +314,25 @@ static void check_mm(ds_ttype t, size_t n, size_t k, size_t nt, int exact,
 	tx_prep(&x, ks);
 	ys = run_mm(ks, &w, &x, ldy);
 	ds_ttype_name(t, nm);
-	for (e = 1; e < n_isa; e++) {
-		float *y = run_mm(isa_tab[e], &w, &x, ldy);
-		int bad = 0;
+	for (e = 0; e < n_isa; e++) {
+		float *y = run_mm(isa_tab[e], &w, &x, ldy), *y1 = malloc(ldy * sizeof(float));
+		int bad = 0, vary = 0;
+
+		/* batch invariance: a row's result does not depend on the rows
+		 * computed with it */
+		for (i = 0; i < nt; i++) {
+			ds_act one = ds_act_rows(&x.a, i, 1);
+
+			isa_tab[e]->mm[t.dt](&w.m, &one, y1, ldy, 0, (n + 15) / 16);
+			vary += memcmp(y1, y + i * ldy, n * sizeof(float)) != 0;
+		}
+		T_CHECKF(vary == 0, "%s %s n=%zu k=%zu t=%zu: %d rows depend on the batch",
+			 isa_tab[e]->name, nm, n, k, nt, vary);
+		free(y1);
+		if (e == 0) {
+			free(y);
+			continue;
+		}
 
 		for (i = 0; i < nt; i++)
 			for (r = 0; r < n; r++) {

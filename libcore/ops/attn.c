@@ -1,0 +1,237 @@
+/*
+ * attn.c - RoPE frequency tables (plain, linear, YaRN, llama3) and their
+ * application, KV-cache writes and causal attention over the cache.
+ */
+#include "ops_int.h"
+
+/* ---- RoPE ----------------------------------------------------------------------- */
+
+/* YaRN's magnitude correction (DeepSeek's yarn_get_mscale). */
+static double yarn_mscale(double s, double m)
+{
+	return s <= 1 ? 1.0 : 0.1 * m * log(s) + 1.0;
+}
+
+/* The dimension whose wavelength spans `rot` rotations over the original
+ * context (YaRN's find_correction_dim). */
+static double yarn_corr_dim(double rot, double dim, double base, double l0)
+{
+	return dim * log(l0 / (rot * 2 * M_PI)) / (2 * log(base));
+}
+
+static void yarn(ds_rope *r, double base, const ds_rope_scaling *sc)
+{
+	double d = r->dim, s = sc->factor;
+	double lo = floor(yarn_corr_dim(sc->beta_fast, d, base, sc->original_ctx));
+	double hi = ceil(yarn_corr_dim(sc->beta_slow, d, base, sc->original_ctx));
+	uint32_t i;
+
+	lo = lo < 0 ? 0 : lo;
+	hi = hi > d - 1 ? d - 1 : hi;
+	if (lo == hi)
+		hi += 0.001;
+	for (i = 0; i < r->dim / 2; i++) {
+		double ramp = ((double)i - lo) / (hi - lo);
+
+		ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+		r->inv_freq[i] = r->inv_freq[i] / s * ramp + r->inv_freq[i] * (1 - ramp);
+	}
+	r->attn_factor = yarn_mscale(s, sc->mscale) / yarn_mscale(s, sc->mscale_all_dim);
+}
+
+static void llama3(ds_rope *r, const ds_rope_scaling *sc)
+{
+	double lo_w = sc->original_ctx / sc->low_freq_factor;
+	double hi_w = sc->original_ctx / sc->high_freq_factor;
+	uint32_t i;
+
+	for (i = 0; i < r->dim / 2; i++) {
+		double f = r->inv_freq[i], wl = 2 * M_PI / f;
+
+		if (wl > lo_w) {
+			r->inv_freq[i] = f / sc->factor;
+		} else if (wl >= hi_w) {
+			double sm = (sc->original_ctx / wl - sc->low_freq_factor) /
+				    (sc->high_freq_factor - sc->low_freq_factor);
+
+			r->inv_freq[i] = (1 - sm) * f / sc->factor + sm * f;
+		}
+	}
+}
+
+int ds_rope_init(ds_rope *r, enum ds_rope_style style, uint32_t dim,
+		 double theta, const ds_rope_scaling *sc, ds_err *err)
+{
+	enum ds_rope_scale type = sc ? sc->type : DS_ROPE_SCALE_NONE;
+	uint32_t i;
+
+	memset(r, 0, sizeof *r);
+	if (dim == 0 || dim % 2 || dim > DS_ROPE_MAXDIM)
+		return ds_errf(err, "rope: dimension %u (even, at most %d)", dim, DS_ROPE_MAXDIM);
+	if (!(theta > 1))
+		return ds_errf(err, "rope: rope_theta %g", theta);
+	if (type != DS_ROPE_SCALE_NONE && !(sc->factor > 0))
+		return ds_errf(err, "rope: rope_scaling factor %g", sc->factor);
+	if ((type == DS_ROPE_SCALE_YARN || type == DS_ROPE_SCALE_LLAMA3) && !(sc->original_ctx > 0))
+		return ds_errf(err, "rope: rope_scaling original_ctx %g", sc->original_ctx);
+	if (type == DS_ROPE_SCALE_LLAMA3 &&
+	    !(sc->low_freq_factor > 0 && sc->high_freq_factor > sc->low_freq_factor))
+		return ds_errf(err, "rope: llama3 low/high_freq_factor %g/%g",
+			       sc->low_freq_factor, sc->high_freq_factor);
+	r->style = style;
+	r->dim = dim;
+	r->attn_factor = 1;
+	for (i = 0; i < dim / 2; i++)
+		r->inv_freq[i] = pow(theta, -2.0 * i / dim);
+	switch (type) {
+	case DS_ROPE_SCALE_NONE:
+		break;
+	case DS_ROPE_SCALE_LINEAR:
+		for (i = 0; i < dim / 2; i++)
+			r->inv_freq[i] /= sc->factor;
+		break;
+	case DS_ROPE_SCALE_YARN:
+		yarn(r, theta, sc);
+		break;
+	case DS_ROPE_SCALE_LLAMA3:
+		llama3(r, sc);
+		break;
+	}
+	return 0;
+}
+
+double ds_rope_attn_scale(const ds_rope_scaling *sc)
+{
+	double m;
+
+	if (sc == NULL || sc->type != DS_ROPE_SCALE_YARN)
+		return 1;
+	m = yarn_mscale(sc->factor, sc->mscale_all_dim);
+	return m * m;
+}
+
+struct rope_job {
+	ds_ctx *c;
+	const ds_rope *r;
+	float *x;
+	size_t ldx, nh, hs, pos0;
+	const int32_t *pos;
+};
+
+static void rope_rows(void *arg, size_t r0, size_t r1, int ith)
+{
+	struct rope_job *j = arg;
+	float *cs = ops_thr(j->c, ith);
+	size_t t, i, half = j->r->dim / 2;
+
+	for (t = r0; t < r1; t++) {
+		double p = j->pos ? (double)j->pos[t] : (double)(j->pos0 + t);
+
+		for (i = 0; i < half; i++) {
+			double a = p * j->r->inv_freq[i];
+
+			cs[i] = (float)(cos(a) * j->r->attn_factor);
+			cs[half + i] = (float)(sin(a) * j->r->attn_factor);
+		}
+		j->c->kern->rope(j->x + t * j->ldx, j->nh, j->hs, j->r->dim, cs, j->r->style);
+	}
+}
+
+void ds_rope_apply(ds_ctx *c, const ds_rope *r, float *x, size_t ldx,
+		   size_t t, size_t nh, size_t hs, const int32_t *pos,
+		   size_t pos0)
+{
+	struct rope_job j = { c, r, x, ldx ? ldx : nh * hs, nh, hs, pos0, pos };
+
+	DS_ASSERT(r->dim <= c->cfg.max_rope && r->dim <= hs);
+	ops_rows(c, t, nh * r->dim * 4, rope_rows, &j);
+}
+
+/* ---- KV cache -------------------------------------------------------------------- */
+
+struct kv_job {
+	ds_ctx *c;
+	const ds_kv *kv;
+	const float *x;
+	size_t ldx, hs, nh, pos0;
+};
+
+static void kv_rows(void *arg, size_t r0, size_t r1, int ith)
+{
+	struct kv_job *j = arg;
+	size_t t, h;
+
+	(void)ith;
+	for (t = r0; t < r1; t++)
+		for (h = 0; h < j->nh; h++)
+			j->c->kern->kv_store(j->kv->type, j->x + t * j->ldx + h * j->hs, j->kv->dim,
+					     j->kv->data + (j->pos0 + t) * j->kv->ld +
+					     h * j->kv->head_stride);
+}
+
+void ds_kv_write(ds_ctx *c, const ds_kv *kv, const float *x, size_t ldx,
+		 size_t hs, size_t nh, size_t t, size_t pos0)
+{
+	struct kv_job j = { c, kv, x, ldx ? ldx : nh * hs, hs, nh, pos0 };
+
+	DS_ASSERT(kv->type != DS_KV_Q8 || kv->dim % DS_QBLOCK == 0);
+	ops_rows(c, t, nh * kv->dim, kv_rows, &j);
+}
+
+/* ---- attention ---------------------------------------------------------------------- */
+
+struct attn_job {
+	ds_ctx *c;
+	const ds_attn *a;
+	size_t t, g, sub, per;      /* g heads per KV head, in `sub` parts of `per` */
+};
+
+/* Unit u = (token, KV head, part of its query heads); units are dealt
+ * round-robin, so the long (late) and short (early) causal rows mix. */
+static void attn_unit(const struct attn_job *j, size_t u, float *scratch)
+{
+	const ds_attn *a = j->a;
+	size_t part = u % j->sub, kvh = u / j->sub % a->n_kv_head, t = u / j->sub / a->n_kv_head;
+	size_t h0 = kvh * j->g + part * j->per;
+	size_t nq = part * j->per + j->per <= j->g ? j->per : j->g - part * j->per;
+	ds_attn_job w;
+
+	w.q = a->q + t * a->q_ld + h0 * a->q_hs;
+	w.q_ld = a->q_hs;
+	w.g = nq;
+	w.k = (ds_kview){ a->k.type, a->k.data + kvh * a->k.head_stride, a->k.ld, a->k.dim };
+	w.v = (ds_kview){ a->v.type, a->v.data + kvh * a->v.head_stride, a->v.ld, a->v.dim };
+	w.n = a->pos0 + t + 1;
+	w.scale = a->scale;
+	w.o = a->o + t * a->o_ld + h0 * a->o_hs;
+	w.o_ld = a->o_hs;
+	j->c->kern->attn(&w, scratch);
+}
+
+static void attn_fn(void *arg, int ith, int nth)
+{
+	struct attn_job *j = arg;
+	size_t units = j->t * j->a->n_kv_head * j->sub, u;
+	float *scratch = ops_thr(j->c, ith);
+
+	for (u = (size_t)ith; u < units; u += (size_t)nth)
+		attn_unit(j, u, scratch);
+}
+
+void ds_attention(ds_ctx *c, const ds_attn *a, size_t t)
+{
+	struct attn_job j = { c, a, t, 0, 1, 0 };
+	size_t nth = (size_t)ds_pool_threads(c->pool), base = t * a->n_kv_head;
+
+	DS_ASSERT(a->n_kv_head > 0 && a->n_head % a->n_kv_head == 0);
+	DS_ASSERT(a->k.dim <= c->cfg.max_head && a->v.dim <= c->cfg.max_head);
+	j.g = a->n_head / a->n_kv_head;
+	DS_ASSERT(j.g <= c->cfg.max_group);
+	/* too few units for the threads (decode with few KV heads, MLA):
+	 * split a KV head's query heads; each part reads the rows again */
+	if (base < 2 * nth)
+		j.sub = (2 * nth + base - 1) / base < j.g ? (2 * nth + base - 1) / base : j.g;
+	j.per = (j.g + j.sub - 1) / j.sub;
+	j.sub = (j.g + j.per - 1) / j.per;
+	ops_run(c, attn_fn, &j);
+}

@@ -1,0 +1,398 @@
+/*
+ * matmul.c - threaded matrix products: weight views, activation
+ * preparation, ds_matmul/ds_matmul_many and the fused gate/up FFN.
+ *
+ * A product is one pool job in two phases: the threads prepare the
+ * activation rows (normalize, permute, quantize; rows split over the
+ * threads), meet at a barrier, then each computes its share of the output
+ * row-sets (split with ds_split, the same share on every call) for blocks
+ * of TB activation rows at a time.
+ */
+#include "ops_int.h"
+
+/* ---- weight views ---------------------------------------------------------- */
+
+static int perm_check(const int32_t *perm, uint64_t k, ds_err *err)
+{
+	uint8_t *seen = calloc(k, 1);
+	uint64_t i;
+
+	if (seen == NULL)
+		return ds_errf(err, "permutation: out of memory");
+	for (i = 0; i < k; i++) {
+		if (perm[i] < 0 || (uint64_t)perm[i] >= k || seen[perm[i]]) {
+			free(seen);
+			return ds_errf(err, "permutation entry %llu = %d is not a permutation of 0..%llu",
+				       (unsigned long long)i, perm[i], (unsigned long long)k - 1);
+		}
+		seen[perm[i]] = 1;
+	}
+	free(seen);
+	return 0;
+}
+
+int ds_mat_init(ds_mat *m, ds_ttype t, const void *data, uint64_t bytes,
+		int ndim, const uint64_t *shape, const int32_t *perm,
+		ds_err *err)
+{
+	uint64_t want, e;
+	char nm[16];
+
+	if ((ndim != 2 && ndim != 3) || t.dt == DS_I32)
+		return ds_errf(err, "a %d-D %s tensor is not a matrix", ndim, ds_ttype_name(t, nm));
+	if (perm && !ds_ttype_interleaved(t))
+		return ds_errf(err, "an input permutation needs a q4, q8 or bf16 matrix, not %s",
+			       ds_ttype_name(t, nm));
+	if (ds_tensor_bytes(t, ndim, shape, &want) != 0 || want != bytes)
+		return ds_errf(err, "%s matrix of %llu bytes, its shape needs %llu",
+			       ds_ttype_name(t, nm), (unsigned long long)bytes,
+			       (unsigned long long)want);
+	*m = ds_mat_make(t, data, shape[ndim - 2], shape[ndim - 1], perm);
+	m->ne = ndim == 3 ? shape[0] : 1;
+	for (e = 0; perm && e < m->ne; e++)
+		if (perm_check(perm + e * m->k, m->k, err) != 0)
+			return ds_err_prefix(err, "expert %llu", (unsigned long long)e);
+	return 0;
+}
+
+ds_mat ds_mat_expert(const ds_mat *m, uint64_t e)
+{
+	ds_mat r = *m;
+
+	DS_ASSERT(e < m->ne);
+	r.data += e * m->e_bytes;
+	if (m->perm)
+		r.perm = m->perm + e * m->k;
+	r.ne = 1;
+	return r;
+}
+
+/* ---- preparing activations -------------------------------------------------- */
+
+void ops_prep_row(const ds_ctx *c, const float *x, size_t k, size_t kp,
+		  const int32_t *perm, const float *norm, float eps, int need,
+		  const ds_actbuf *d, size_t r)
+{
+	const ds_kernels *K = c->kern;
+	float sc = 1.0f;
+	size_t i;
+
+	/* the same formula as the rmsnorm kernel, so fused == unfused */
+	if (norm)
+		sc = (float)(1.0 / sqrt((double)K->sumsq(x, k) / (double)k + eps));
+	if (need & NEED_Q)
+		K->quant_row(x, k, kp, perm, norm, sc, d->q + r * d->ldq,
+			     d->qd + r * (d->ldq / DS_QBLOCK),
+			     d->qs + r * (d->ldq / DS_QBLOCK));
+	if (need & NEED_B)
+		K->bf16_row(x, k, kp, perm, norm, sc, d->b + r * d->ldq);
+	if ((need & NEED_F) && !(d->f + r * d->ldf == x && !perm && !norm)) {
+		float *f = d->f + r * d->ldf;
+
+		for (i = 0; i < k; i++) {
+			size_t p = perm ? (size_t)perm[i] : i;
+
+			f[i] = norm ? x[p] * sc * norm[p] : x[p];
+		}
+	}
+}
+
+ds_act ops_act(const ds_actbuf *d, int need, size_t r0, size_t n)
+{
+	ds_act a;
+
+	memset(&a, 0, sizeof a);
+	a.t = n;
+	a.ldq = d->ldq;
+	if (need & NEED_Q) {
+		a.q = d->q + r0 * d->ldq;
+		a.qd = d->qd + r0 * (d->ldq / DS_QBLOCK);
+		a.qs = d->qs + r0 * (d->ldq / DS_QBLOCK);
+	}
+	if (need & NEED_B)
+		a.b = d->b + r0 * d->ldq;
+	if (need & NEED_F) {
+		a.f = d->f + r0 * d->ldf;
+		a.ldf = d->ldf;
+	}
+	return a;
+}
+
+int ops_perm_same(const int32_t *a, const int32_t *b, size_t k)
+{
+	if (a == b)
+		return 1;
+	if (a == NULL || b == NULL)
+		return 0;
+	return memcmp(a, b, k * sizeof *a) == 0;
+}
+
+void ops_mm_tile(const ds_ctx *c, const ds_mat *w, size_t rs,
+		 const ds_act *x, float *tile)
+{
+	ds_mat v = ds_mat_from_rowset(w, rs);
+
+	c->kern->mm[w->type.dt](&v, x, tile, DS_ROWSET, 0, 1);
+}
+
+/* ---- the product job --------------------------------------------------------- */
+
+#define MM_MAX 8   /* outputs per job */
+
+struct mm_job {
+	ds_ctx *c;
+	const ds_in *in;
+	const int32_t *perm;
+	size_t k, kp, t0, t;        /* input width; rows t0 .. t0+t-1 */
+	int need, direct_f;         /* direct_f: the f form is the input */
+	const ds_mm_out *out[MM_MAX];
+	size_t sets[MM_MAX + 1];    /* cumulative row-sets */
+	int n;
+	const ds_actbuf *dst;
+};
+
+static void mm_prep(struct mm_job *j, int ith, int nth)
+{
+	size_t b, e, r;
+	int need = j->direct_f ? j->need & ~NEED_F : j->need;
+
+	if (need == 0)
+		return;
+	ds_split(j->t, ith, nth, &b, &e);
+	for (r = b; r < e; r++)
+		ops_prep_row(j->c, j->in->x + (j->t0 + r) * j->in->ld, j->k, j->kp,
+			     j->perm, j->in->norm, j->in->eps, need, j->dst, r);
+}
+
+static ds_act mm_act(const struct mm_job *j, int need, size_t r0, size_t n)
+{
+	ds_act a = ops_act(j->dst, need, r0, n);
+
+	if ((need & NEED_F) && j->direct_f) {
+		a.f = j->in->x + (j->t0 + r0) * j->in->ld;
+		a.ldf = j->in->ld;
+	}
+	return a;
+}
+
+static void mm_fn(void *arg, int ith, int nth)
+{
+	struct mm_job *j = arg;
+	size_t b, e, tb;
+	int o;
+
+	mm_prep(j, ith, nth);
+	ds_pool_barrier(j->c->pool);
+	ds_split(j->sets[j->n], ith, nth, &b, &e);
+	for (tb = 0; tb < j->t; tb += TB) {
+		size_t nt = j->t - tb < TB ? j->t - tb : TB;
+
+		for (o = 0; o < j->n; o++) {
+			const ds_mm_out *out = j->out[o];
+			size_t lo, hi;
+			ds_act a;
+
+			if (e <= j->sets[o] || b >= j->sets[o + 1])
+				continue;       /* none of this output's row-sets */
+			lo = b > j->sets[o] ? b - j->sets[o] : 0;
+			hi = e < j->sets[o + 1] ? e - j->sets[o] : j->sets[o + 1] - j->sets[o];
+
+			if (lo >= hi)
+				continue;
+			a = mm_act(j, need_of(out->w->type), tb, nt);
+			j->c->kern->mm[out->w->type.dt](out->w, &a,
+				out->y + (j->t0 + tb) * out->ldy, out->ldy, lo, hi);
+		}
+	}
+}
+
+/* One job over outputs that share a permutation, rows t0 .. t0+t-1. */
+static void mm_group(ds_ctx *c, const ds_in *in, const ds_mm_out *outs,
+		     int n, size_t t0, size_t t)
+{
+	struct mm_job j;
+	int i;
+
+	memset(&j, 0, sizeof j);
+	j.c = c;
+	j.in = in;
+	j.perm = outs[0].w->perm;
+	j.k = outs[0].w->k;
+	j.t0 = t0;
+	j.t = t;
+	j.dst = &c->in;
+	for (i = 0; i < n; i++) {
+		const ds_mat *w = outs[i].w;
+
+		DS_ASSERT(w->k == j.k && w->kp <= c->in.ldq && w->ne == 1);
+		j.out[i] = &outs[i];
+		j.need |= need_of(w->type);
+		j.kp = w->kp > j.kp ? w->kp : j.kp;
+		j.sets[i + 1] = j.sets[i] + (w->n + DS_ROWSET - 1) / DS_ROWSET;
+	}
+	j.kp = ds_round_up(j.kp, DS_QBLOCK);
+	j.n = n;
+	j.direct_f = in->norm == NULL && j.perm == NULL;
+	ops_run(c, mm_fn, &j);
+}
+
+void ds_matmul_many(ds_ctx *c, const ds_in *in0, const ds_mm_out *out0, int n)
+{
+	ds_mm_out outs[MM_MAX];
+	ds_in in = *in0;
+	uint8_t done[64] = { 0 };
+	size_t t0;
+	int i, m;
+
+	DS_ASSERT(n >= 1 && n <= 64);
+	if (in.ld == 0)
+		in.ld = out0[0].w->k;
+	for (i = 0; i < n; i++) {
+		if (done[i])
+			continue;
+		/* outputs with the same permutation as output i, in one job */
+		m = 0;
+		for (int o = i; o < n && m < MM_MAX; o++) {
+			if (done[o] || !ops_perm_same(out0[o].w->perm, out0[i].w->perm, out0[i].w->k))
+				continue;
+			outs[m] = out0[o];
+			if (outs[m].ldy == 0)
+				outs[m].ldy = outs[m].w->n;
+			done[o] = 1;
+			m++;
+		}
+		for (t0 = 0; t0 < in.t; t0 += c->cfg.max_rows)
+			mm_group(c, &in, outs, m, t0,
+				 in.t - t0 < c->cfg.max_rows ? in.t - t0 : c->cfg.max_rows);
+	}
+}
+
+void ds_matmul(ds_ctx *c, const ds_mat *w, const float *x, size_t t, float *y)
+{
+	ds_in in = { x, w->k, t, NULL, 0 };
+	ds_mm_out o = { w, y, w->n };
+
+	ds_matmul_many(c, &in, &o, 1);
+}
+
+/* ---- gate and up ------------------------------------------------------------- */
+
+struct ffn_job {
+	ds_ctx *c;
+	const ds_in *in;
+	const ds_mat *gate, *up;
+	size_t t0, t, kp;
+	int two_pass;               /* gate and up permute differently */
+	float *h;
+	size_t ldh;
+	const ds_actbuf *dst;
+};
+
+static void ffn_prep(struct ffn_job *j, const ds_mat *w, int need, int ith,
+		     int nth)
+{
+	size_t b, e, r;
+
+	ds_split(j->t, ith, nth, &b, &e);
+	for (r = b; r < e; r++)
+		ops_prep_row(j->c, j->in->x + (j->t0 + r) * j->in->ld, w->k, j->kp,
+			     w->perm, j->in->norm, j->in->eps, need, j->dst, r);
+}
+
+/* The thread's row-sets for one block of rows: pass 0 both products
+ * (gate and up from the same prepared rows), pass 1 gate alone into h,
+ * pass 2 up alone, combined with the gate values already in h. */
+static void ffn_block(struct ffn_job *j, int ith, size_t b, size_t e,
+		      size_t tb, size_t nt, int pass)
+{
+	const ds_kernels *K = j->c->kern;
+	float *tg = ops_thr(j->c, ith), *tu = tg + TB * DS_ROWSET;
+	ds_act ag = ops_act(j->dst, need_of(j->gate->type), tb, nt);
+	ds_act au = ops_act(j->dst, need_of(j->up->type), tb, nt);
+	size_t rs, t;
+
+	for (rs = b; rs < e; rs++) {
+		size_t nv = j->gate->n - rs * DS_ROWSET;
+		float *hr = j->h + (j->t0 + tb) * j->ldh + rs * DS_ROWSET;
+
+		nv = nv < DS_ROWSET ? nv : DS_ROWSET;
+		if (pass == 1) {
+			ds_mat v = ds_mat_from_rowset(j->gate, rs);
+
+			K->mm[v.type.dt](&v, &ag, hr, j->ldh, 0, 1);
+			continue;
+		}
+		if (pass == 0)
+			ops_mm_tile(j->c, j->gate, rs, &ag, tg);
+		ops_mm_tile(j->c, j->up, rs, &au, tu);
+		for (t = 0; t < nt; t++) {
+			const float *g = pass == 0 ? tg + t * DS_ROWSET : hr + t * j->ldh;
+
+			K->silu_mul(g, tu + t * DS_ROWSET, nv, hr + t * j->ldh);
+		}
+	}
+}
+
+static void ffn_fn(void *arg, int ith, int nth)
+{
+	struct ffn_job *j = arg;
+	int ng = need_of(j->gate->type), nu = need_of(j->up->type), pass;
+	size_t b, e, tb;
+
+	ds_split((j->gate->n + DS_ROWSET - 1) / DS_ROWSET, ith, nth, &b, &e);
+	for (pass = j->two_pass ? 1 : 0; pass <= (j->two_pass ? 2 : 0); pass++) {
+		const ds_mat *w = pass == 2 ? j->up : j->gate;
+		int need = pass == 0 ? ng | nu : pass == 1 ? ng : nu;
+
+		ffn_prep(j, w, need, ith, nth);
+		ds_pool_barrier(j->c->pool);
+		for (tb = 0; tb < j->t; tb += TB)
+			ffn_block(j, ith, b, e, tb, j->t - tb < TB ? j->t - tb : TB, pass);
+		if (pass == 1)
+			ds_pool_barrier(j->c->pool);  /* before the rows are reused */
+	}
+}
+
+void ds_ffn_gate_up(ds_ctx *c, const ds_mat *gate, const ds_mat *up,
+		    const ds_in *in0, float *h, size_t ldh)
+{
+	struct ffn_job j;
+	ds_in in = *in0;
+
+	DS_ASSERT(gate->n == up->n && gate->k == up->k);
+	DS_ASSERT(gate->kp <= c->in.ldq && up->kp <= c->in.ldq);
+	if (in.ld == 0)
+		in.ld = gate->k;
+	memset(&j, 0, sizeof j);
+	j.c = c;
+	j.in = &in;
+	j.gate = gate;
+	j.up = up;
+	j.kp = ds_round_up(gate->kp > up->kp ? gate->kp : up->kp, DS_QBLOCK);
+	j.two_pass = !ops_perm_same(gate->perm, up->perm, gate->k);
+	j.h = h;
+	j.ldh = ldh ? ldh : gate->n;
+	j.dst = &c->in;
+	for (j.t0 = 0; j.t0 < in.t; j.t0 += c->cfg.max_rows) {
+		j.t = in.t - j.t0 < c->cfg.max_rows ? in.t - j.t0 : c->cfg.max_rows;
+		ops_run(c, ffn_fn, &j);
+	}
+}
+
+void ds_ffn(ds_ctx *c, const ds_mat *gate, const ds_mat *up,
+	    const ds_mat *down, const ds_in *in, float *y, size_t ldy)
+{
+	size_t t0, ff = c->cfg.max_ff;
+
+	DS_ASSERT(gate->n <= ff && down->k == gate->n);
+	for (t0 = 0; t0 < in->t; t0 += c->cfg.max_rows) {
+		size_t t = in->t - t0 < c->cfg.max_rows ? in->t - t0 : c->cfg.max_rows;
+		size_t ld = in->ld ? in->ld : gate->k;
+		ds_in part = { in->x + t0 * ld, ld, t, in->norm, in->eps };
+		ds_in hin = { c->h, ff, t, NULL, 0 };
+		ds_mm_out o = { down, y + t0 * (ldy ? ldy : down->n), ldy ? ldy : down->n };
+
+		ds_ffn_gate_up(c, gate, up, &part, c->h, ff);
+		ds_matmul_many(c, &hin, &o, 1);
+	}
+}

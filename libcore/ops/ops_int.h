@@ -1,0 +1,63 @@
+/*
+ * ops_int.h - what the ops/ files share: preparing activation rows for
+ * the matrix kernels, the per-thread scratch, the token block.
+ */
+#ifndef DS_OPS_INT_H
+#define DS_OPS_INT_H
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops.h"
+
+/* Activation rows per kernel call: the prepared rows of one block (up to
+ * TB * ldq int8 plus their scales) stay in L2 while every row-set of the
+ * thread's share streams past them. */
+#define TB 48
+
+enum { NEED_Q = 1, NEED_B = 2, NEED_F = 4 };
+
+/* The activation form a weight type reads. */
+static inline int need_of(ds_ttype t)
+{
+	return t.dt == DS_Q4 || t.dt == DS_Q8 ? NEED_Q : t.dt == DS_BF16 ? NEED_B : NEED_F;
+}
+
+/* Per-thread scratch of thread ith (c->thr_bytes bytes, 64-aligned). */
+static inline void *ops_thr(const ds_ctx *c, int ith)
+{
+	return c->thr + (size_t)ith * c->thr_bytes;
+}
+
+/* Prepare one input row x [k] as row r of dst in the forms `need`, the
+ * quantized forms padded with zeros to kp. */
+void ops_prep_row(const ds_ctx *c, const float *x, size_t k, size_t kp,
+		  const int32_t *perm, const float *norm, float eps, int need,
+		  const ds_actbuf *dst, size_t r);
+/* The ds_act of rows r0 .. r0+n-1 of dst (forms need), or of the input
+ * itself when the f form is x as it is. */
+ds_act ops_act(const ds_actbuf *dst, int need, size_t r0, size_t n);
+
+/* 1 if two permutations of k are the same (NULL = identity). */
+int ops_perm_same(const int32_t *a, const int32_t *b, size_t k);
+
+/* y[t][16 rs + r] for one row-set rs of w and the nt rows of x, into a
+ * dense tile [nt][16] (rows past w->n left alone). */
+void ops_mm_tile(const ds_ctx *c, const ds_mat *w, size_t rs,
+		 const ds_act *x, float *tile);
+
+/* fn(arg, r0, r1, ith) over shares of rows, on the pool, or on the
+ * caller alone when the work (rows * work_per_row) is too small to repay
+ * a pool round trip. */
+typedef void rows_fn(void *arg, size_t r0, size_t r1, int ith);
+void ops_rows(ds_ctx *c, size_t rows, size_t work_per_row, rows_fn *fn,
+	      void *arg);
+
+/* Run a job on the context's pool. */
+static inline void ops_run(ds_ctx *c, ds_job_fn *fn, void *arg)
+{
+	ds_pool_run(c->pool, fn, arg);
+}
+
+#endif

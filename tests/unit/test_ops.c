@@ -1,0 +1,778 @@
+/*
+ * test_ops.c - the op layer on 1 and 2 threads: products (strided, many
+ * outputs, fused norm, act-order permutations, chunks of max_rows), the
+ * fused FFN, routed experts, attention (GQA, MLA views), RoPE tables,
+ * top-k and routing, embedding.
+ *
+ * The ops must compute exactly what the kernels compute: the thread
+ * split, the fusions and the chunking never change a value, so most
+ * checks are bit-exact against the kernels or the unfused ops; the
+ * kernels themselves are held to scalar.c and double references in
+ * test_kernels.c.  Where an op adds in a different order (MoE) the
+ * tolerance is a few roundings of the terms' magnitude.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "harness.h"
+#include "ops.h"
+
+#define U 0x1p-24
+
+static uint64_t seed;
+static ds_pool *pools[2];
+static ds_ctx ctxs[2];
+static const ds_ttype types[] = {
+	{ DS_Q4, 32 }, { DS_Q4, 128 }, { DS_Q8, 64 }, { DS_BF16, 0 },
+	{ DS_F16, 0 }, { DS_F32, 0 },
+};
+#define NTYPES (sizeof types / sizeof types[0])
+
+/* ---- helpers ------------------------------------------------------------- */
+
+static float *rnd(size_t n, float scale)
+{
+	float *p = malloc((n ? n : 1) * sizeof(float));
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		p[i] = t_randf(&seed) * scale;
+	return p;
+}
+
+/* A random matrix [ne][n][k] of type t (RTN-quantized random weights). */
+typedef struct tmat {
+	ds_mat m;
+	uint8_t *buf;
+	int32_t *perm;
+} tmat;
+
+static void tmat_init(tmat *w, ds_ttype t, size_t ne, size_t n, size_t k, int permuted)
+{
+	uint64_t shape[3] = { ne, n, k }, bytes, eb;
+	float *f = rnd(n * k, 0.5f);
+	size_t e, i;
+	ds_err err;
+	int nd = ne > 1 ? 3 : 2;
+
+	T_CHECK(ds_tensor_bytes(t, nd, shape + (3 - nd), &bytes) == 0);
+	w->buf = malloc(bytes);
+	eb = bytes / ne;
+	for (e = 0; e < ne; e++) {
+		uint8_t *d = w->buf + e * eb;
+
+		for (i = 0; i < n * k; i++)
+			f[i] = t_randf(&seed) * 0.5f;
+		if (t.dt == DS_Q4)
+			ds_quantize_q4(d, f, n, k, t.group);
+		else if (t.dt == DS_Q8)
+			ds_quantize_q8(d, f, n, k, t.group);
+		else if (t.dt == DS_F32)
+			memcpy(d, f, n * k * 4);
+		else {
+			uint16_t *h = malloc(n * k * 2);
+
+			for (i = 0; i < n * k; i++)
+				h[i] = t.dt == DS_F16 ? ds_f32_to_f16(f[i]) : ds_f32_to_bf16(f[i]);
+			if (t.dt == DS_BF16)
+				ds_pack_bf16(d, h, n, k);
+			else
+				memcpy(d, h, n * k * 2);
+			free(h);
+		}
+	}
+	free(f);
+	w->perm = NULL;
+	if (permuted) {
+		w->perm = malloc(ne * k * sizeof(int32_t));
+		for (e = 0; e < ne; e++) {
+			int32_t *p = w->perm + e * k;
+
+			for (i = 0; i < k; i++)
+				p[i] = (int32_t)i;
+			for (i = k; i > 1; i--) {
+				size_t j = t_rand(&seed) % i;
+				int32_t tmp = p[i - 1];
+
+				p[i - 1] = p[j];
+				p[j] = tmp;
+			}
+		}
+	}
+	T_CHECK(ds_mat_init(&w->m, t, w->buf, bytes, nd, shape + (3 - nd), w->perm, &err) == 0);
+}
+
+static void tmat_free(tmat *w)
+{
+	free(w->buf);
+	free(w->perm);
+}
+
+static int same(const float *a, const float *b, size_t n)
+{
+	return memcmp(a, b, n * sizeof(float)) == 0;
+}
+
+/* y [t][ldy] by the kernel directly (one thread), x prepared by hand. */
+static void direct_mm(const ds_kernels *K, const ds_mat *w, const float *x,
+		      size_t ldx, size_t t, float *y, size_t ldy)
+{
+	size_t ldq = ds_round_up(w->kp, 64), r, i;
+	int8_t *q = malloc(t * ldq);
+	float *qd = malloc(t * ldq / 8), *qs = malloc(t * ldq / 8), *xp = malloc(t * w->k * 4);
+	uint16_t *b = malloc(t * ldq * 2);
+	ds_act a = { t, xp, w->k, b, q, qd, qs, ldq };
+
+	for (r = 0; r < t; r++) {
+		for (i = 0; i < w->k; i++)
+			xp[r * w->k + i] = x[r * ldx + (w->perm ? (size_t)w->perm[i] : i)];
+		K->quant_row(x + r * ldx, w->k, w->kp, w->perm, NULL, 1.0f, q + r * ldq,
+			     qd + r * ldq / 32, qs + r * ldq / 32);
+		K->bf16_row(x + r * ldx, w->k, w->kp, w->perm, NULL, 1.0f, b + r * ldq);
+	}
+	K->mm[w->type.dt](w, &a, y, ldy, 0, (w->n + 15) / 16);
+	free(q); free(qd); free(qs); free(xp); free(b);
+}
+
+/* ---- products -------------------------------------------------------------- */
+
+static void test_matmul(void)
+{
+	static const size_t ts[] = { 1, 3, 37, 80 };
+	size_t ti, ci, i;
+	int p;
+
+	for (ti = 0; ti < NTYPES; ti++)
+		for (ci = 0; ci < 4; ci++) {
+			size_t n = 16 * (ci + 1) + ci, k = 96 + 40 * ci, t = ts[ci];
+			size_t ldx = k + 7, ldy = n + 5;
+			int perm = ds_ttype_interleaved(types[ti]) && ci % 2;
+			float *x = rnd(t * ldx, 2), *y0 = malloc(t * ldy * 4), *y1 = malloc(t * ldy * 4);
+			tmat w;
+
+			tmat_init(&w, types[ti], 1, n, k, perm);
+			direct_mm(ctxs[0].kern, &w.m, x, ldx, t, y0, ldy);
+			for (p = 0; p < 2; p++) {
+				ds_in in = { x, ldx, t, NULL, 0 };
+				ds_mm_out o = { &w.m, y1, ldy };
+				int bad = 0;
+
+				for (i = 0; i < t * ldy; i++)
+					y1[i] = -7;
+				ds_matmul_many(&ctxs[p], &in, &o, 1);
+				for (i = 0; i < t; i++) {
+					bad += !same(y0 + i * ldy, y1 + i * ldy, n);
+					bad += y1[i * ldy + n] != -7;
+				}
+				T_CHECKF(bad == 0, "threads %d type %d n=%zu k=%zu t=%zu perm=%d", p + 1,
+					 (int)ti, n, k, t, perm);
+			}
+			/* dense form */
+			if (ldx == k + 7) {
+				float *xd = malloc(t * k * 4), *yd = malloc(t * n * 4);
+
+				for (i = 0; i < t; i++)
+					memcpy(xd + i * k, x + i * ldx, k * 4);
+				ds_matmul(&ctxs[1], &w.m, xd, t, yd);
+				for (i = 0; i < t; i++)
+					T_CHECK(same(yd + i * n, y0 + i * ldy, n));
+				free(xd);
+				free(yd);
+			}
+			tmat_free(&w);
+			free(x); free(y0); free(y1);
+		}
+}
+
+/* q, k, v of different types from one input, with the norm fused: equal
+ * to RMSNorm then one product each. */
+static void test_matmul_many(void)
+{
+	size_t k = 200, t = 9, i;
+	float *x = rnd(t * k, 3), *nw = rnd(k, 1), *xn = malloc(t * k * 4);
+	tmat w[4];
+	float *y[4], *ref[4];
+	int p, o;
+
+	for (o = 0; o < 4; o++) {
+		tmat_init(&w[o], types[o + 1], 1, 24 + 9 * o, k, 0);
+		y[o] = malloc(t * w[o].m.n * 4);
+		ref[o] = malloc(t * w[o].m.n * 4);
+	}
+	ds_rmsnorm(&ctxs[0], x, 0, nw, 1e-5f, t, k, xn, 0);
+	for (o = 0; o < 4; o++)
+		ds_matmul(&ctxs[0], &w[o].m, xn, t, ref[o]);
+	for (p = 0; p < 2; p++) {
+		ds_in in = { x, 0, t, nw, 1e-5f };
+		ds_mm_out outs[4];
+		int bad = 0;
+
+		for (o = 0; o < 4; o++)
+			outs[o] = (ds_mm_out){ &w[o].m, y[o], 0 };
+		ds_matmul_many(&ctxs[p], &in, outs, 4);
+		for (o = 0; o < 4; o++)
+			bad += !same(y[o], ref[o], t * w[o].m.n);
+		T_CHECKF(bad == 0, "threads %d: %d outputs differ", p + 1, bad);
+	}
+	/* the norm itself: 1 and 2 threads agree with the kernel */
+	{
+		float *a = malloc(t * k * 4);
+
+		for (i = 0; i < t; i++)
+			ctxs[0].kern->rmsnorm(x + i * k, nw, k, 1e-5f, a + i * k);
+		T_CHECK(same(a, xn, t * k));
+		ds_rmsnorm(&ctxs[1], x, 0, nw, 1e-5f, t, k, xn, 0);
+		T_CHECK(same(a, xn, t * k));
+		free(a);
+	}
+	for (o = 0; o < 4; o++) {
+		tmat_free(&w[o]);
+		free(y[o]);
+		free(ref[o]);
+	}
+	free(x); free(nw); free(xn);
+}
+
+/* An act-order matrix computes x[perm[i]] against column i. */
+static void test_perm(void)
+{
+	size_t n = 40, k = 256, t = 3, i, r;
+	float *x = rnd(t * k, 2), *xp = malloc(t * k * 4), *y0 = malloc(t * n * 4), *y1 = malloc(t * n * 4);
+	tmat w;
+	ds_mat plain;
+	int ti;
+
+	for (ti = 0; ti < 4; ti++) {
+		tmat_init(&w, types[ti], 1, n, k, 1);
+		plain = w.m;
+		plain.perm = NULL;
+		for (r = 0; r < t; r++)
+			for (i = 0; i < k; i++)
+				xp[r * k + i] = x[r * k + (size_t)w.perm[i]];
+		ds_matmul(&ctxs[1], &w.m, x, t, y0);
+		ds_matmul(&ctxs[1], &plain, xp, t, y1);
+		T_CHECK(same(y0, y1, t * n));
+		tmat_free(&w);
+	}
+	free(x); free(xp); free(y0); free(y1);
+}
+
+static void test_ffn(void)
+{
+	size_t k = 160, ff = 72, t = 11, i, n = 56;
+	float *x = rnd(t * k, 2), *nw = rnd(k, 1), *xn = malloc(t * k * 4);
+	float *g = malloc(t * ff * 4), *u = malloc(t * ff * 4), *h0 = malloc(t * ff * 4);
+	float *h1 = malloc(t * ff * 4), *y0 = malloc(t * n * 4), *y1 = malloc(t * n * 4);
+	int ti, p, perm;
+
+	for (ti = 0; ti < 4; ti++)
+		for (perm = 0; perm < 2; perm++) {
+			tmat wg, wu, wd;
+
+			tmat_init(&wg, types[ti], 1, ff, k, perm);
+			tmat_init(&wu, types[ti], 1, ff, k, perm);
+			tmat_init(&wd, types[(ti + 2) % 4], 1, n, ff, 0);
+			ds_rmsnorm(&ctxs[0], x, 0, nw, 1e-6f, t, k, xn, 0);
+			ds_matmul(&ctxs[0], &wg.m, xn, t, g);
+			ds_matmul(&ctxs[0], &wu.m, xn, t, u);
+			for (i = 0; i < t; i++)
+				ctxs[0].kern->silu_mul(g + i * ff, u + i * ff, ff, h0 + i * ff);
+			ds_matmul(&ctxs[0], &wd.m, h0, t, y0);
+			for (p = 0; p < 2; p++) {
+				ds_in in = { x, 0, t, nw, 1e-6f };
+
+				ds_ffn_gate_up(&ctxs[p], &wg.m, &wu.m, &in, h1, 0);
+				T_CHECKF(same(h0, h1, t * ff), "type %d perm %d threads %d", ti, perm, p + 1);
+				ds_ffn(&ctxs[p], &wg.m, &wu.m, &wd.m, &in, y1, 0);
+				T_CHECK(same(y0, y1, t * n));
+			}
+			tmat_free(&wg); tmat_free(&wu); tmat_free(&wd);
+		}
+	free(x); free(nw); free(xn); free(g); free(u); free(h0); free(h1); free(y0); free(y1);
+}
+
+/* Routed experts against one dense FFN per (token, expert). */
+static void test_moe(void)
+{
+	size_t ne = 6, used = 3, k = 64, ff = 40, t, i, j;
+	int ti, p, perm;
+
+	for (ti = 0; ti < 4; ti++)
+		for (perm = 0; perm < 2; perm++)
+			for (t = 1; t <= 21; t += 20) {
+				tmat g, u, d;
+				float *x = rnd(t * k, 2), *y0 = rnd(t * k, 1), *y1 = malloc(t * k * 4);
+				float *w = malloc(t * used * 4), *tmp = malloc(k * 4), *mag = calloc(t * k, 8);
+				int32_t *ids = malloc(t * used * 4);
+
+				tmat_init(&g, types[ti], ne, ff, k, perm);
+				tmat_init(&u, types[ti], ne, ff, k, perm && ti % 2);
+				tmat_init(&d, types[(ti + 1) % 4], ne, k, ff, perm);
+				for (i = 0; i < t; i++)
+					for (j = 0; j < used; j++) {
+						/* distinct experts, expert 5 never used */
+						ids[i * used + j] = (int32_t)((i + 2 * j) % 5);
+						w[i * used + j] = 0.2f + 0.3f * (float)j;
+					}
+				for (p = 0; p < 2; p++) {
+					int bad = 0;
+					size_t q;
+
+					memcpy(y1, y0, t * k * 4);
+					ds_moe(&ctxs[p], &g.m, &u.m, &d.m, x, 0, t, ids, w, used, y1, 0);
+					for (i = 0; i < t; i++) {
+						double *m = (double *)mag + i * k;
+						float want[64];
+
+						memcpy(want, y0 + i * k, k * 4);
+						for (q = 0; q < k; q++)
+							m[q] = fabs(want[q]);
+						for (j = 0; j < used; j++) {
+							ds_mat eg = ds_mat_expert(&g.m, (uint64_t)ids[i * used + j]);
+							ds_mat eu = ds_mat_expert(&u.m, (uint64_t)ids[i * used + j]);
+							ds_mat ed = ds_mat_expert(&d.m, (uint64_t)ids[i * used + j]);
+							ds_in in = { x + i * k, 0, 1, NULL, 0 };
+
+							ds_ffn(&ctxs[0], &eg, &eu, &ed, &in, tmp, 0);
+							for (q = 0; q < k; q++) {
+								want[q] += w[i * used + j] * tmp[q];
+								m[q] += fabs(w[i * used + j] * tmp[q]);
+							}
+						}
+						for (q = 0; q < k; q++)
+							bad += !(fabs(y1[i * k + q] - want[q]) <= 8 * U * m[q]);
+					}
+					T_CHECKF(bad == 0, "type %d perm %d t=%zu threads %d: %d values off",
+						 ti, perm, t, p + 1, bad);
+				}
+				tmat_free(&g); tmat_free(&u); tmat_free(&d);
+				free(x); free(y0); free(y1); free(w); free(tmp); free(mag); free(ids);
+			}
+}
+
+/* ---- attention ---------------------------------------------------------------- */
+
+static float kv_val(const ds_kv *kv, size_t p, size_t h, size_t i)
+{
+	const uint8_t *r = kv->data + p * kv->ld + h * kv->head_stride;
+	uint16_t v;
+	float f, d;
+
+	switch (kv->type) {
+	case DS_KV_F32: memcpy(&f, r + 4 * i, 4); return f;
+	case DS_KV_Q8:
+		memcpy(&d, r + 36 * (i / 32), 4);
+		return d * (float)(int8_t)r[36 * (i / 32) + 4 + i % 32];
+	default:
+		memcpy(&v, r + 2 * i, 2);
+		return kv->type == DS_KV_F16 ? ds_f16_to_f32(v) : ds_bf16_to_f32(v);
+	}
+}
+
+/* Causal attention over a cache filled by ds_kv_write: against a double
+ * reference, and 1 thread bit-equal to 2. */
+static void check_attention(enum ds_kvtype type, size_t nh, size_t nkv,
+			    size_t kd, size_t vd, int mla, size_t t, size_t pos0)
+{
+	size_t npos = pos0 + t, krow = ds_kv_row_bytes(type, kd), vrow = ds_kv_row_bytes(type, vd);
+	size_t ld = nkv * (krow + (mla ? 0 : vrow)), tt, h, i, j, p;
+	uint8_t *cache = calloc(npos * ld + 64, 1);
+	float *kin = rnd(npos * nkv * kd, 1), *vin = rnd(npos * nkv * vd, 1);
+	float *q = rnd(t * nh * kd, 1), *o[2];
+	ds_kv kc = { type, cache, ld, krow, kd }, vc = { type, cache + nkv * krow, ld, vrow, vd };
+	ds_attn a;
+	int bad = 0, pp;
+
+	if (mla) {
+		vc = kc;
+		vc.dim = vd;
+	}
+	/* the cache written token by token as decode would, then all at once */
+	for (p = 0; p < npos; p++)
+		ds_kv_write(&ctxs[0], &kc, kin + p * nkv * kd, 0, kd, nkv, 1, p);
+	if (!mla)
+		ds_kv_write(&ctxs[1], &vc, vin, 0, vd, nkv, npos, 0);
+	memset(&a, 0, sizeof a);
+	a.n_head = nh;
+	a.n_kv_head = nkv;
+	a.q = q;
+	a.q_ld = nh * kd;
+	a.q_hs = kd;
+	a.k = kc;
+	a.v = vc;
+	a.o_ld = nh * vd + 3;
+	a.o_hs = vd;
+	a.scale = 1.0f / sqrtf((float)kd);
+	a.pos0 = pos0;
+	for (pp = 0; pp < 2; pp++) {
+		o[pp] = malloc(t * a.o_ld * 4);
+		a.o = o[pp];
+		ds_attention(&ctxs[pp], &a, t);
+	}
+	for (tt = 0; tt < t; tt++)
+		T_CHECK(same(o[0] + tt * a.o_ld, o[1] + tt * a.o_ld, nh * vd));
+	for (tt = 0; tt < t; tt++)
+		for (h = 0; h < nh; h++) {
+			size_t kvh = h / (nh / nkv), n = pos0 + tt + 1;
+			double *s = malloc(n * sizeof(double)), m = -1e300, l = 0;
+
+			for (j = 0; j < n; j++) {
+				double d = 0;
+
+				for (i = 0; i < kd; i++)
+					d += (double)q[tt * a.q_ld + h * kd + i] * kv_val(&kc, j, kvh, i);
+				s[j] = d * a.scale;
+				m = fmax(m, s[j]);
+			}
+			for (j = 0; j < n; j++)
+				l += exp(s[j] - m);
+			for (i = 0; i < vd; i++) {
+				double want = 0;
+
+				for (j = 0; j < n; j++)
+					want += exp(s[j] - m) / l * kv_val(&vc, j, kvh, i);
+				bad += !(fabs(o[0][tt * a.o_ld + h * vd + i] - want) <= 2e-5);
+			}
+			free(s);
+		}
+	T_CHECKF(bad == 0, "type %d heads %zu/%zu dims %zu/%zu t=%zu pos0=%zu: %d off", type, nh,
+		 nkv, kd, vd, t, pos0, bad);
+	/* the stored rows are the inputs in the cache's type */
+	for (p = 0, bad = 0; p < npos; p++)
+		for (h = 0; h < nkv; h++)
+			bad += !(fabs(kv_val(&kc, p, h, 5) - kin[(p * nkv + h) * kd + 5]) <= 0.01);
+	T_CHECK(bad == 0);
+	free(cache); free(kin); free(vin); free(q); free(o[0]); free(o[1]);
+}
+
+static void test_attention(void)
+{
+	int t;
+
+	for (t = DS_KV_F32; t <= DS_KV_Q8; t++) {
+		check_attention((enum ds_kvtype)t, 8, 2, 64, 64, 0, 5, 3);
+		check_attention((enum ds_kvtype)t, 4, 4, 128, 128, 0, 1, 70);
+		check_attention((enum ds_kvtype)t, 6, 1, 64, 64, 0, 3, 0);
+	}
+	/* MLA absorbed decode and a short prefill */
+	check_attention(DS_KV_BF16, 16, 1, 576, 512, 1, 1, 40);
+	check_attention(DS_KV_Q8, 16, 1, 576, 512, 1, 4, 9);
+}
+
+/* ---- RoPE ------------------------------------------------------------------------- */
+
+static void test_rope_tables(void)
+{
+	ds_rope_scaling y = { DS_ROPE_SCALE_YARN, 40, 4096, 32, 1, 0.707, 0.707, 0, 0 };
+	ds_rope_scaling l3 = { DS_ROPE_SCALE_LLAMA3, 8, 8192, 0, 0, 0, 0, 1, 4 };
+	ds_rope r;
+	ds_err err;
+	double orig;
+	int i;
+
+	/* DeepSeek YaRN: pairs 0-10 keep their frequency, 23-31 are divided
+	 * by the factor, 11-22 are blended (docs/spec/deepseek_arch.md 4.2) */
+	T_CHECK(ds_rope_init(&r, DS_ROPE_INTERLEAVED, 64, 10000, &y, &err) == 0);
+	for (i = 0; i < 32; i++) {
+		orig = pow(10000, -2.0 * i / 64);
+		if (i <= 10)
+			T_NEAR(r.inv_freq[i], orig, 1e-15);
+		else if (i >= 23)
+			T_NEAR(r.inv_freq[i], orig / 40, 1e-15);
+		else
+			T_CHECK(r.inv_freq[i] < orig && r.inv_freq[i] > orig / 40);
+	}
+	T_NEAR(r.inv_freq[16], pow(10000, -32.0 / 64) * (1 - 6.0 / 13 + 6.0 / 13 / 40), 1e-15);
+	T_NEAR(r.attn_factor, 1.0, 1e-12);
+	T_NEAR(ds_rope_attn_scale(&y), 1.589626, 1e-6);
+	y.mscale = y.mscale_all_dim = 1.0;
+	T_NEAR(ds_rope_attn_scale(&y), 1.873854, 1e-6);
+	/* Llama 3.1: high frequencies kept, low divided by 8 */
+	T_CHECK(ds_rope_init(&r, DS_ROPE_NEOX, 128, 500000, &l3, &err) == 0);
+	T_NEAR(r.inv_freq[0], 1.0, 1e-15);
+	T_NEAR(r.inv_freq[63], pow(500000, -126.0 / 128) / 8, 1e-18);
+	for (i = 0; i < 64; i++) {
+		double f = pow(500000, -2.0 * i / 128), wl = 2 * M_PI / f;
+
+		if (wl < 8192 / 4.0)
+			T_NEAR(r.inv_freq[i], f, 1e-15);
+		else if (wl > 8192)
+			T_NEAR(r.inv_freq[i], f / 8, 1e-15);
+		else
+			T_CHECK(r.inv_freq[i] < f && r.inv_freq[i] > f / 8);
+	}
+	T_CHECK(ds_rope_init(&r, DS_ROPE_NEOX, 63, 10000, NULL, &err) == -1);
+	T_CHECK(ds_rope_init(&r, DS_ROPE_NEOX, 64, 0.5, NULL, &err) == -1);
+	l3.high_freq_factor = 0.5;
+	T_CHECK(ds_rope_init(&r, DS_ROPE_NEOX, 64, 10000, &l3, &err) == -1);
+}
+
+/* At large positions the angle is formed in double. */
+static void test_rope_apply(void)
+{
+	ds_rope_scaling lin = { DS_ROPE_SCALE_LINEAR, 4, 0, 0, 0, 0, 0, 0, 0 };
+	size_t nh = 3, hs = 80, dim = 64, t = 4, i, h, tt;
+	int32_t pos[4] = { 0, 7, 100000, 163839 };
+	int st, p;
+
+	for (st = 0; st < 2; st++) {
+		ds_rope r;
+		ds_err err;
+		float *x = rnd(t * nh * hs, 1), *y = malloc(t * nh * hs * 4);
+		int bad = 0;
+
+		T_CHECK(ds_rope_init(&r, (enum ds_rope_style)st, dim, 10000, &lin, &err) == 0);
+		for (p = 0; p < 2; p++) {
+			memcpy(y, x, t * nh * hs * 4);
+			ds_rope_apply(&ctxs[p], &r, y, 0, t, nh, hs, pos, 0);
+			for (tt = 0; tt < t; tt++)
+				for (h = 0; h < nh; h++)
+					for (i = 0; i < dim / 2; i++) {
+						size_t i0 = st == DS_ROPE_NEOX ? i : 2 * i;
+						size_t i1 = st == DS_ROPE_NEOX ? i + dim / 2 : 2 * i + 1;
+						const float *xs = x + (tt * nh + h) * hs;
+						const float *ys = y + (tt * nh + h) * hs;
+						double a = pos[tt] * pow(10000, -2.0 * i / dim) / 4;
+
+						bad += !(fabs(ys[i0] - (xs[i0] * cos(a) - xs[i1] * sin(a))) < 1e-6);
+						bad += !(fabs(ys[i1] - (xs[i0] * sin(a) + xs[i1] * cos(a))) < 1e-6);
+					}
+		}
+		T_CHECKF(bad == 0, "style %d: %d values off", st, bad);
+		free(x);
+		free(y);
+	}
+}
+
+/* ---- top-k, routing, embedding, element-wise ---------------------------------------- */
+
+static void test_topk(void)
+{
+	float x[300];
+	int32_t idx[20];
+	float val[20];
+	int r, i, bad = 0;
+
+	for (r = 0; r < 50; r++) {
+		size_t n = 1 + t_rand(&seed) % 300, k = 1 + t_rand(&seed) % (n < 20 ? n : 20), j;
+
+		for (i = 0; i < (int)n; i++)
+			x[i] = (float)(t_rand(&seed) % 40); /* many ties */
+		ds_topk(x, n, k, idx, val);
+		for (j = 0; j < k; j++) {
+			/* idx[j] has exactly j elements ranked before it */
+			int before = 0;
+
+			for (i = 0; i < (int)n; i++)
+				before += x[i] > x[idx[j]] || (x[i] == x[idx[j]] && i < idx[j]);
+			bad += before != (int)j || val[j] != x[idx[j]];
+		}
+	}
+	T_CHECK(bad == 0);
+}
+
+/* The router on DeepSeek-V2-Lite, V2 and V3 settings, against a
+ * reference written from the specification with sorting. */
+static int cmp_desc(const void *a, const void *b)
+{
+	const double *x = a, *y = b;
+
+	return x[0] < y[0] ? 1 : x[0] > y[0] ? -1 : x[1] < y[1] ? -1 : 1;
+}
+
+static void route_ref(const ds_router *r, const float *l, int32_t *ids, float *w)
+{
+	size_t ne = r->n_expert, e, g, ng = r->n_group ? r->n_group : 1, per = ne / ng, i;
+	double s[64], pr[64][2], gsc[8][2], m = -1e300, sum = 0;
+	int keep[8] = { 0 };
+
+	for (e = 0; e < ne; e++)
+		m = fmax(m, l[e]);
+	for (e = 0; e < ne; e++)
+		sum += exp(l[e] - m);
+	for (e = 0; e < ne; e++)
+		s[e] = r->score == DS_ROUTE_SOFTMAX ? exp(l[e] - m) / sum : 1 / (1 + exp(-(double)l[e]));
+	for (g = 0; g < ng; g++) {
+		double v[64][2];
+
+		for (e = 0; e < per; e++) {
+			v[e][0] = s[g * per + e] + (r->bias ? r->bias[g * per + e] : 0);
+			v[e][1] = (double)e;
+		}
+		qsort(v, per, sizeof v[0], cmp_desc);
+		gsc[g][0] = r->method == DS_ROUTE_NOAUX_TC ? v[0][0] + v[1][0] : v[0][0];
+		gsc[g][1] = (double)g;
+	}
+	qsort(gsc, ng, sizeof gsc[0], cmp_desc);
+	for (g = 0; g < (r->method == DS_ROUTE_GREEDY ? ng : r->topk_group); g++)
+		keep[(int)gsc[g][1]] = 1;
+	for (e = 0; e < ne; e++) {
+		pr[e][0] = keep[e / per] ? s[e] + (r->bias ? r->bias[e] : 0) : -1e300;
+		pr[e][1] = (double)e;
+	}
+	qsort(pr, ne, sizeof pr[0], cmp_desc);
+	for (i = 0, sum = 0; i < r->n_used; i++) {
+		ids[i] = (int32_t)pr[i][1];
+		sum += s[ids[i]];
+	}
+	for (i = 0; i < r->n_used; i++) {
+		double v = s[ids[i]];
+
+		if (r->norm_topk_prob)
+			v /= sum + 1e-20;
+		if (r->score == DS_ROUTE_SIGMOID || !r->norm_topk_prob)
+			v *= r->routed_scaling_factor;
+		w[i] = (float)v;
+	}
+}
+
+static void test_route(void)
+{
+	float bias[64];
+	ds_router rs[3] = {
+		{ 64, 6, DS_ROUTE_SOFTMAX, DS_ROUTE_GREEDY, 1, 1, NULL, 0, 1.0f },
+		{ 64, 6, DS_ROUTE_SOFTMAX, DS_ROUTE_GROUP_LIMITED, 8, 3, NULL, 0, 16.0f },
+		{ 64, 8, DS_ROUTE_SIGMOID, DS_ROUTE_NOAUX_TC, 8, 4, bias, 1, 2.5f },
+	};
+	int i, c, bad = 0;
+
+	for (i = 0; i < 64; i++)
+		bias[i] = 0.1f * t_randf(&seed);
+	for (c = 0; c < 3; c++) {
+		float l[5 * 64], l0[5 * 64], w[5 * 8], wr[8];
+		int32_t ids[5 * 8], ir[8];
+		size_t t, j;
+
+		for (i = 0; i < 5 * 64; i++)
+			l[i] = l0[i] = 3 * t_randf(&seed);
+		ds_route(&ctxs[0], &rs[c], l, 5, ids, w);
+		for (t = 0; t < 5; t++) {
+			route_ref(&rs[c], l0 + t * 64, ir, wr);
+			for (j = 0; j < rs[c].n_used; j++)
+				bad += ids[t * rs[c].n_used + j] != ir[j] ||
+				       !(fabs(w[t * rs[c].n_used + j] - wr[j]) <= 1e-5 * fabs(wr[j]));
+		}
+		T_CHECKF(bad == 0, "router %d: %d differences", c, bad);
+	}
+}
+
+static void test_embed(void)
+{
+	int32_t ids[5] = { 3, 0, 40, 3, 17 };
+	size_t k = 100, i, ti;
+	float row[100], *y = malloc(5 * (k + 2) * 4);
+	ds_err err;
+
+	for (ti = 0; ti < NTYPES; ti++) {
+		tmat w;
+		int bad = 0, p;
+
+		tmat_init(&w, types[ti], 1, 41, k, 0);
+		for (p = 0; p < 2; p++) {
+			T_CHECK(ds_embed(&ctxs[p], &w.m, ids, 5, y, k + 2, &err) == 0);
+			for (i = 0; i < 5; i++) {
+				ds_dequant_row(w.m.type, w.m.data, k, (uint64_t)ids[i], row);
+				bad += !same(row, y + i * (k + 2), k);
+			}
+		}
+		T_CHECK(bad == 0);
+		ids[2] = 41;
+		T_CHECK(ds_embed(&ctxs[1], &w.m, ids, 5, y, 0, &err) == -1 &&
+			strstr(err.msg, "id 41") != NULL);
+		ids[2] = 40;
+		tmat_free(&w);
+	}
+	free(y);
+}
+
+static void test_elementwise(void)
+{
+	size_t n = 70000, t = 7, m = 33, i;
+	float *a = rnd(n, 1), *b = rnd(n, 1), *y = malloc(n * 4), *z = malloc(n * 4);
+	int p;
+
+	ctxs[0].kern->add(a, b, n, z);
+	for (p = 0; p < 2; p++) {
+		ds_add(&ctxs[p], a, b, n, y);
+		T_CHECK(same(y, z, n));
+	}
+	memcpy(y, a, t * m * 4);
+	ds_add_bias(&ctxs[1], y, m, t, b, m);
+	for (i = 0; i < t * m; i++)
+		T_CHECK(y[i] == a[i] + b[i % m]);
+	memcpy(y, a, t * m * 4);
+	ds_softmax(&ctxs[1], y, 0, t, m);
+	for (i = 0; i < t; i++) {
+		memcpy(z, a + i * m, m * 4);
+		ctxs[0].kern->softmax(z, m);
+		T_CHECK(same(z, y + i * m, m));
+	}
+	free(a); free(b); free(y); free(z);
+}
+
+static void test_mat_init(void)
+{
+	uint64_t shape[2] = { 20, 64 }, bytes;
+	ds_ttype q4 = { DS_Q4, 32 }, f16 = { DS_F16, 0 };
+	uint8_t *buf;
+	int32_t perm[64];
+	ds_mat m;
+	ds_err err;
+	int i;
+
+	ds_tensor_bytes(q4, 2, shape, &bytes);
+	buf = calloc(bytes, 1);
+	for (i = 0; i < 64; i++)
+		perm[i] = 63 - i;
+	T_CHECK(ds_mat_init(&m, q4, buf, bytes, 2, shape, perm, &err) == 0);
+	T_CHECK(m.n == 20 && m.k == 64 && m.kp == 64 && m.ne == 1);
+	T_CHECK(ds_mat_init(&m, q4, buf, bytes - 64, 2, shape, NULL, &err) == -1 &&
+		strstr(err.msg, "bytes") != NULL);
+	perm[5] = 7;
+	T_CHECK(ds_mat_init(&m, q4, buf, bytes, 2, shape, perm, &err) == -1 &&
+		strstr(err.msg, "permutation") != NULL);
+	perm[5] = 64;
+	T_CHECK(ds_mat_init(&m, q4, buf, bytes, 2, shape, perm, &err) == -1);
+	T_CHECK(ds_mat_init(&m, f16, buf, 20 * 64 * 2, 2, shape, NULL, &err) == 0);
+	perm[5] = 58;
+	T_CHECK(ds_mat_init(&m, f16, buf, 20 * 64 * 2, 2, shape, perm, &err) == -1);
+	T_CHECK(ds_mat_init(&m, q4, buf, bytes, 1, shape, NULL, &err) == -1);
+	free(buf);
+}
+
+int main(void)
+{
+	ds_ctx_cfg cfg = { 40, 512, 128, 0, 64, 3, 128, 128, 16, 576, 64 };
+	ds_err err;
+	int p;
+
+	seed = t_seed();
+	for (p = 0; p < 2; p++) {
+		ds_pool_opts o = { p + 1, NULL, 0 };
+
+		if (ds_pool_init(&pools[p], &o, &err) != 0 ||
+		    ds_ctx_init(&ctxs[p], pools[p], &cfg, &err) != 0) {
+			printf("Bail out! %s\n", err.msg);
+			return 1;
+		}
+	}
+	printf("# kernels %s\n", ds_kernels_name());
+	T_RUN(test_mat_init);
+	T_RUN(test_matmul);
+	T_RUN(test_matmul_many);
+	T_RUN(test_perm);
+	T_RUN(test_ffn);
+	T_RUN(test_moe);
+	T_RUN(test_attention);
+	T_RUN(test_rope_tables);
+	T_RUN(test_rope_apply);
+	T_RUN(test_topk);
+	T_RUN(test_route);
+	T_RUN(test_embed);
+	T_RUN(test_elementwise);
+	for (p = 0; p < 2; p++) {
+		ds_ctx_free(&ctxs[p]);
+		ds_pool_free(pools[p]);
+	}
+	return t_done();
+}
