@@ -674,8 +674,9 @@ static int parse_ids(const run *r, const char *s, size_t line, int32_t **out,
 		}
 		if (errno == ERANGE || x >= (long)r->n_vocab) {
 			free(v);
-			return ds_errf(err, "line %zu: token id %.20s is not below "
-				       "the vocabulary size %u", line, s, r->n_vocab);
+			return ds_errf(err, "line %zu: token id %.*s is not below "
+				       "the vocabulary size %u", line,
+				       (int)(e - s < 20 ? e - s : 20), s, r->n_vocab);
 		}
 		if (grow((void **)&v, &cap, k + 1, sizeof *v)) {
 			free(v);

@@ -296,8 +296,17 @@ static void derive_unit(const derive_job *j, size_t u, float *rows,
 	size_t n = part ? dv : dn, i, r, row0 = h * (dn + dv) + (part ? dn : 0);
 	const ds_mat *dst = part ? &L->wv_b : &L->wk_b;
 
-	for (i = 0; i < n; i++)
-		j->f->kern->dequant_row(&L->wkv_b, row0 + i, rows + i * rkv);
+	for (i = 0; i < n; i++) {
+		float *w = rows + i * rkv;
+
+		j->f->kern->dequant_row(&L->wkv_b, row0 + i, w);
+		/* act-order GPTQ: stored column c is input perm[c] */
+		if (L->wkv_b.perm != NULL) {
+			memcpy(tr, w, rkv * sizeof *w);
+			for (r = 0; r < rkv; r++)
+				w[L->wkv_b.perm[r]] = tr[r];
+		}
+	}
 	if (part) {             /* W_UV[h]: the rows as they are [dv, rkv] */
 		pack(dst->type, rows, u16, dv, rkv,
 		     (uint8_t *)dst->data + h * dst->e_bytes);
