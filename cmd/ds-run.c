@@ -31,12 +31,13 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: %s -m DIR [-n N] [--ctx-size N] [--threads N] [--temp T]\n"
 		"              [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]\n"
-		"              [--repeat-last-n N] [--seed S] [--stop STR]... [--ids | --jsonl]\n"
+		"              [--repeat-last-n N] [--seed S] [--stop STR ...] [--ids | --jsonl]\n"
 		"              [--logits-out FILE] [--parallel N] [-p TEXT | -f FILE] [--chat]\n"
 		"              [--chat-template NAME] [--perplexity] [--truncate] [--verify]\n"
 		"              [--mlock] [--no-populate] [--hugepages] [--numa MODE]\n"
-		"              [--cpus LIST] [--sched-fifo PRIO] [--cache-type TYPE] [--verbose]\n",
-		prog);
+		"              [--cpus LIST] [--sched-fifo PRIO] [--cache-type TYPE] [--verbose]\n"
+		"       %s -h | --version\n",
+		prog, prog);
 }
 
 static void warnx_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
