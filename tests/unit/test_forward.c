@@ -28,26 +28,7 @@ typedef struct tm {
 	ds_kvcache kv;
 } tm;
 
-static int tm_open(tm *t, const char *cfg, const char *type, int threads,
-		   uint32_t slots, uint32_t ctx, enum ds_kvtype kt)
-{
-	ds_pool_opts po = { threads, NULL, 0 };
-	ds_fwd_opts fo = { 64 };
-	ds_err err;
-
-	memset(t, 0, sizeof *t);
-	if (tm_write(dir, cfg, type, &seed) ||
-	    ds_model_load(&t->m, dir, DS_LOAD_POPULATE, &err) ||
-	    ds_pool_init(&t->pool, &po, &err) ||
-	    ds_fwd_init(&t->f, &t->m, t->pool, &fo, &err) ||
-	    ds_kvcache_init(&t->kv, &t->m.hp, slots, ctx, kt, &err)) {
-		printf("# tm_open %s: %s\n", type, err.msg);
-		return -1;
-	}
-	return 0;
-}
-
-/* Reopen the model written last (same weights) with other settings. */
+/* Reopen the model written last (same weights) with these settings. */
 static int tm_reopen(tm *t, int threads, uint32_t slots, uint32_t ctx,
 		     enum ds_kvtype kt)
 {
@@ -64,6 +45,16 @@ static int tm_reopen(tm *t, int threads, uint32_t slots, uint32_t ctx,
 		return -1;
 	}
 	return 0;
+}
+
+/* A fresh random model of config cfg and matrix type `type`. */
+static int tm_open(tm *t, const char *cfg, const char *type, int threads,
+		   uint32_t slots, uint32_t ctx, enum ds_kvtype kt)
+{
+	memset(t, 0, sizeof *t);
+	if (tm_write(dir, cfg, type, &seed))
+		return -1;
+	return tm_reopen(t, threads, slots, ctx, kt);
 }
 
 static void tm_close(tm *t)

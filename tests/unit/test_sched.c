@@ -168,38 +168,36 @@ static void test_parallel_equals_sequential(void)
 	eng_close(&e);
 }
 
+/* 40 tokens of p[8] sampled from the whole distribution at T 1.5. */
+static void wide(eng *e, const int32_t *p, uint64_t s, out *o)
+{
+	ds_err err;
+	ds_req r;
+
+	req_init(&r, p, 8, 40, s, o);
+	r.sp.temp = 1.5f;
+	r.sp.top_k = 0;
+	r.sp.top_p = 1;
+	r.sp.min_p = 0;
+	T_CHECK(ds_sched_submit(e->s, &r, NULL, &err) == 0);
+}
+
 /* The same seed twice: the same tokens; other seeds: other tokens. */
 static void test_seeded(void)
 {
 	int32_t p[8] = { 3, 14, 15, 92, 65, 35, 89, 79 };
 	out a, b, c;
 	ds_err err;
-	ds_req r;
 	eng e;
 
 	if (eng_open(&e, 2, 64, 32)) {
 		T_CHECK(0);
 		return;
 	}
-	req_init(&r, p, 8, 40, 7, &a);
-	r.sp.temp = 1.5f;
-	r.sp.top_k = 0;
-	r.sp.top_p = 1;
-	r.sp.min_p = 0;
-	T_CHECK(ds_sched_submit(e.s, &r, NULL, &err) == 0);
-	req_init(&r, p, 8, 40, 7, &b);
-	r.sp.temp = 1.5f;
-	r.sp.top_k = 0;
-	r.sp.top_p = 1;
-	r.sp.min_p = 0;
-	T_CHECK(ds_sched_submit(e.s, &r, NULL, &err) == 0);
+	wide(&e, p, 7, &a);
+	wide(&e, p, 7, &b);
 	T_CHECK(ds_sched_drain(e.s, &err) == 0);
-	req_init(&r, p, 8, 40, 8, &c);
-	r.sp.temp = 1.5f;
-	r.sp.top_k = 0;
-	r.sp.top_p = 1;
-	r.sp.min_p = 0;
-	T_CHECK(ds_sched_submit(e.s, &r, NULL, &err) == 0);
+	wide(&e, p, 8, &c);
 	T_CHECK(ds_sched_drain(e.s, &err) == 0);
 	T_CHECK(a.n_tok == 40 && b.n_tok == 40 && c.n_tok == 40);
 	T_CHECK(memcmp(a.tok, b.tok, 40 * sizeof a.tok[0]) == 0);
