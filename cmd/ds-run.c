@@ -271,6 +271,9 @@ typedef struct rq {
 	size_t n_text, cap_text;
 	ds_tok_stream ts;
 	ds_stopper stopper;
+	ds_tok_text piece;         /* a token's text (reused) */
+	char *shown;               /* what the stop strings let through */
+	size_t n_shown, cap_shown;
 	int done;
 	int stop_hit;              /* a stop string ended it */
 	enum ds_finish why;
@@ -433,6 +436,8 @@ static void rq_free(rq *q)
 	free(q->buf);
 	free(q->lg);
 	free(q->text);
+	free(q->shown);
+	ds_tok_text_free(&q->piece);
 	ds_stopper_free(&q->stopper);
 	free(q);
 }
@@ -484,28 +489,28 @@ static void keep_text(rq *q, const char *s, size_t n)
 	q->text[q->n_text] = '\0';
 }
 
-/* Decoded text of a token through the stop strings; 1 when one matched. */
+/* Decoded text of a token through the stop strings; 1 when one matched.
+ * The piece and shown buffers live in the request: nothing is allocated
+ * per token once they have grown. */
 static int text_piece(rq *q, int32_t t)
 {
 	run *r = q->run;
-	ds_tok_text piece = { 0 };
-	char *shown = NULL;
-	size_t n_shown = 0, cap = 0;
 	ds_err err;
 	int stop = 0;
 
-	if (ds_tok_stream_push(&q->ts, t, &piece, &err) ||
-	    (stop = ds_stopper_push(&q->stopper, piece.s ? piece.s : "", piece.n,
-				    &shown, &n_shown, &cap, &err)) < 0) {
+	q->piece.n = 0;
+	q->n_shown = 0;
+	if (ds_tok_stream_push(&q->ts, t, &q->piece, &err) ||
+	    (stop = ds_stopper_push(&q->stopper, q->piece.s ? q->piece.s : "",
+				    q->piece.n, &q->shown, &q->n_shown,
+				    &q->cap_shown, &err)) < 0) {
 		warnx_("%s", err.msg);
 		r->failed = 1;
 		stop = 1;
 	}
 	if (r->o->out == OUT_TEXT)
-		out_bytes(q, shown, n_shown);
-	keep_text(q, shown, n_shown);
-	free(shown);
-	ds_tok_text_free(&piece);
+		out_bytes(q, q->shown, q->n_shown);
+	keep_text(q, q->shown, q->n_shown);
 	return stop;
 }
 
@@ -532,23 +537,21 @@ static int cb_token(void *u, int32_t t)
 /* The text the decoder and the stop strings still hold. */
 static void text_tail(rq *q)
 {
-	ds_tok_text piece = { 0 };
-	char *shown = NULL;
-	size_t n_shown = 0, cap = 0;
 	ds_err err;
 
-	if (ds_tok_stream_finish(&q->ts, &piece, &err) ||
-	    ds_stopper_push(&q->stopper, piece.s ? piece.s : "", piece.n, &shown,
-			    &n_shown, &cap, &err) < 0 ||
-	    ds_stopper_flush(&q->stopper, &shown, &n_shown, &cap, &err)) {
+	q->piece.n = 0;
+	q->n_shown = 0;
+	if (ds_tok_stream_finish(&q->ts, &q->piece, &err) ||
+	    ds_stopper_push(&q->stopper, q->piece.s ? q->piece.s : "", q->piece.n,
+			    &q->shown, &q->n_shown, &q->cap_shown, &err) < 0 ||
+	    ds_stopper_flush(&q->stopper, &q->shown, &q->n_shown, &q->cap_shown,
+			     &err)) {
 		warnx_("%s", err.msg);
 		q->run->failed = 1;
 	}
 	if (q->run->o->out == OUT_TEXT)
-		out_bytes(q, shown, n_shown);
-	keep_text(q, shown, n_shown);
-	free(shown);
-	ds_tok_text_free(&piece);
+		out_bytes(q, q->shown, q->n_shown);
+	keep_text(q, q->shown, q->n_shown);
 }
 
 static void cb_done(void *u, enum ds_finish why, const ds_req_stats *st)
