@@ -304,6 +304,7 @@ typedef struct run {
 	rq **rqs;
 	size_t n_rqs, cap_rqs, head;
 	int failed;                /* an output error */
+	int bad;                   /* another error, already reported */
 	double t0;
 	size_t tot_prompt, tot_gen;
 	double t_first, t_last;
@@ -500,12 +501,16 @@ static int text_piece(rq *q, int32_t t)
 
 	q->piece.n = 0;
 	q->n_shown = 0;
+	/* ids past the tokenizer's (a vocabulary padded for the kernels, or
+	 * a random model's) have no text */
+	if ((uint32_t)t >= ds_tok_n_vocab(r->tok))
+		return 0;
 	if (ds_tok_stream_push(&q->ts, t, &q->piece, &err) ||
 	    (stop = ds_stopper_push(&q->stopper, q->piece.s ? q->piece.s : "",
 				    q->piece.n, &q->shown, &q->n_shown,
 				    &q->cap_shown, &err)) < 0) {
 		warnx_("%s", err.msg);
-		r->failed = 1;
+		r->bad = 1;
 		stop = 1;
 	}
 	if (r->o->out == OUT_TEXT)
@@ -547,7 +552,7 @@ static void text_tail(rq *q)
 	    ds_stopper_flush(&q->stopper, &q->shown, &q->n_shown, &q->cap_shown,
 			     &err)) {
 		warnx_("%s", err.msg);
-		q->run->failed = 1;
+		q->run->bad = 1;
 	}
 	if (q->run->o->out == OUT_TEXT)
 		out_bytes(q, q->shown, q->n_shown);
@@ -1209,7 +1214,9 @@ static int work(run *r, ds_err *err)
 	} else if (read_requests(r, err) || submit_all(r, err)) {
 		return -1;
 	}
-	return r->failed ? ds_errf(err, "stdout: write error") : 0;
+	if (r->failed)
+		return ds_errf(err, "stdout: write error");
+	return r->bad ? ds_errf(err, "giving up after the error above") : 0;
 }
 
 int main(int argc, char **argv)
