@@ -90,6 +90,12 @@ add("special-chatml", "<|im_start|>system\nYou are Qwen.<|im_end|>\n<|im_start|>
 add("special-llama3", "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|><|reserved_special_token_5|>")
 add("special-sp", "<s> hello </s> <unk> <pad> [INST] x [/INST]")
 
+# added tokens with lstrip / rstrip / single_word / normalized, which the
+# v3extra and llama2extra files of scripts/ref/make-hf.js define
+add("added-strip", "a <|ls|> b   <|rs|>   c \t<|both|>\n d <|ls|><|rs|>  <|ls|>")
+add("added-word", "swx aswx swxb swx. (swx) swx_1 x\u00b2swx \u00c9\u00c9 \u00e9\u00c9\u00c9 swx")
+add("added-norm", "use <tool> now<tool>  Zed Zedd aZed <|r|>   x <|r|>\n")
+
 # ---- from Debian's files ------------------------------------------------------------------------
 def read(path):
     with open(path, encoding="utf-8", errors="replace") as f:
