@@ -53,7 +53,7 @@ def training_text(corpus):
         except OSError:
             pass
     parts += [c["text"] for c in corpus
-              if not c["name"].startswith(("random-", "added-"))]
+              if not c["name"].startswith(("random-", "added-", "mix-"))]
     lines = []
     for p in parts:
         lines += [l for l in p.split("\n") if l.strip()]
