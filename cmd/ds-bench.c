@@ -20,8 +20,8 @@ struct out {
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: ds-bench --kernels [--cpus LIST] [-o md|csv|json] [-q] [-t N,...]\n"
-		"       ds-bench --membw [--cpus LIST] [-o md|csv|json] [-t N,...]\n");
+		"usage: ds-bench --kernels [--cpus LIST] [-o md|csv|json] [-q] [-s NxK] [-t N,...]\n"
+		"       ds-bench --membw [--cpus LIST] [-o md|csv|json] [-q] [-t N,...]\n");
 }
 
 static void emit(void *arg, const ds_kbench_row *r)
@@ -97,6 +97,7 @@ int main(int argc, char **argv)
 		{ "membw", no_argument, NULL, 'M' },
 		{ "output", required_argument, NULL, 'o' },
 		{ "quick", no_argument, NULL, 'q' },
+		{ "shape", required_argument, NULL, 's' },
 		{ "threads", required_argument, NULL, 't' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -107,7 +108,7 @@ int main(int argc, char **argv)
 	ds_err err;
 
 	memset(&o, 0, sizeof o);
-	while ((c = getopt_long(argc, argv, "ho:qt:", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "ho:qs:t:", lo, NULL)) != -1) {
 		switch (c) {
 		case 'c': o.cpus = optarg; break;
 		case 'h': usage(stdout); return 0;
@@ -123,6 +124,19 @@ int main(int argc, char **argv)
 			}
 			break;
 		case 'q': o.quick = 1; break;
+		case 's': {
+			unsigned long long n, k;
+			char tail;
+
+			if (sscanf(optarg, "%llux%llu%c", &n, &k, &tail) != 2 || n < 1 || k < 1 ||
+			    n > 65536 || k > 65536) {
+				fprintf(stderr, "ds-bench: -s %s: expected NxK, each 1 to 65536\n", optarg);
+				return 2;
+			}
+			o.mm_n = n;
+			o.mm_k = k;
+			break;
+		}
 		case 't':
 			nthreads = parse_threads(optarg, threads, 16);
 			if (nthreads < 1) {

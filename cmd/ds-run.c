@@ -31,12 +31,13 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: %s -m DIR [-n N] [--ctx-size N] [--threads N] [--temp T]\n"
 		"              [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]\n"
-		"              [--repeat-last-n N] [--seed S] [--stop STR]... [--ids | --jsonl]\n"
+		"              [--repeat-last-n N] [--seed S] [--stop STR ...] [--ids | --jsonl]\n"
 		"              [--logits-out FILE] [--parallel N] [-p TEXT | -f FILE] [--chat]\n"
 		"              [--chat-template NAME] [--perplexity] [--truncate] [--verify]\n"
 		"              [--mlock] [--no-populate] [--hugepages] [--numa MODE]\n"
-		"              [--cpus LIST] [--sched-fifo PRIO] [--cache-type TYPE] [--verbose]\n",
-		prog);
+		"              [--cpus LIST] [--sched-fifo PRIO] [--cache-type TYPE] [--verbose]\n"
+		"       %s -h | --version\n",
+		prog, prog);
 }
 
 static void warnx_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -270,6 +271,9 @@ typedef struct rq {
 	size_t n_text, cap_text;
 	ds_tok_stream ts;
 	ds_stopper stopper;
+	ds_tok_text piece;         /* a token's text (reused) */
+	char *shown;               /* what the stop strings let through */
+	size_t n_shown, cap_shown;
 	int done;
 	int stop_hit;              /* a stop string ended it */
 	enum ds_finish why;
@@ -300,6 +304,7 @@ typedef struct run {
 	rq **rqs;
 	size_t n_rqs, cap_rqs, head;
 	int failed;                /* an output error */
+	int bad;                   /* another error, already reported */
 	double t0;
 	size_t tot_prompt, tot_gen;
 	double t_first, t_last;
@@ -432,6 +437,8 @@ static void rq_free(rq *q)
 	free(q->buf);
 	free(q->lg);
 	free(q->text);
+	free(q->shown);
+	ds_tok_text_free(&q->piece);
 	ds_stopper_free(&q->stopper);
 	free(q);
 }
@@ -483,28 +490,32 @@ static void keep_text(rq *q, const char *s, size_t n)
 	q->text[q->n_text] = '\0';
 }
 
-/* Decoded text of a token through the stop strings; 1 when one matched. */
+/* Decoded text of a token through the stop strings; 1 when one matched.
+ * The piece and shown buffers live in the request: nothing is allocated
+ * per token once they have grown. */
 static int text_piece(rq *q, int32_t t)
 {
 	run *r = q->run;
-	ds_tok_text piece = { 0 };
-	char *shown = NULL;
-	size_t n_shown = 0, cap = 0;
 	ds_err err;
 	int stop = 0;
 
-	if (ds_tok_stream_push(&q->ts, t, &piece, &err) ||
-	    (stop = ds_stopper_push(&q->stopper, piece.s ? piece.s : "", piece.n,
-				    &shown, &n_shown, &cap, &err)) < 0) {
+	q->piece.n = 0;
+	q->n_shown = 0;
+	/* ids past the tokenizer's (a vocabulary padded for the kernels, or
+	 * a random model's) have no text */
+	if ((uint32_t)t >= ds_tok_n_vocab(r->tok))
+		return 0;
+	if (ds_tok_stream_push(&q->ts, t, &q->piece, &err) ||
+	    (stop = ds_stopper_push(&q->stopper, q->piece.s ? q->piece.s : "",
+				    q->piece.n, &q->shown, &q->n_shown,
+				    &q->cap_shown, &err)) < 0) {
 		warnx_("%s", err.msg);
-		r->failed = 1;
+		r->bad = 1;
 		stop = 1;
 	}
 	if (r->o->out == OUT_TEXT)
-		out_bytes(q, shown, n_shown);
-	keep_text(q, shown, n_shown);
-	free(shown);
-	ds_tok_text_free(&piece);
+		out_bytes(q, q->shown, q->n_shown);
+	keep_text(q, q->shown, q->n_shown);
 	return stop;
 }
 
@@ -531,23 +542,21 @@ static int cb_token(void *u, int32_t t)
 /* The text the decoder and the stop strings still hold. */
 static void text_tail(rq *q)
 {
-	ds_tok_text piece = { 0 };
-	char *shown = NULL;
-	size_t n_shown = 0, cap = 0;
 	ds_err err;
 
-	if (ds_tok_stream_finish(&q->ts, &piece, &err) ||
-	    ds_stopper_push(&q->stopper, piece.s ? piece.s : "", piece.n, &shown,
-			    &n_shown, &cap, &err) < 0 ||
-	    ds_stopper_flush(&q->stopper, &shown, &n_shown, &cap, &err)) {
+	q->piece.n = 0;
+	q->n_shown = 0;
+	if (ds_tok_stream_finish(&q->ts, &q->piece, &err) ||
+	    ds_stopper_push(&q->stopper, q->piece.s ? q->piece.s : "", q->piece.n,
+			    &q->shown, &q->n_shown, &q->cap_shown, &err) < 0 ||
+	    ds_stopper_flush(&q->stopper, &q->shown, &q->n_shown, &q->cap_shown,
+			     &err)) {
 		warnx_("%s", err.msg);
-		q->run->failed = 1;
+		q->run->bad = 1;
 	}
 	if (q->run->o->out == OUT_TEXT)
-		out_bytes(q, shown, n_shown);
-	keep_text(q, shown, n_shown);
-	free(shown);
-	ds_tok_text_free(&piece);
+		out_bytes(q, q->shown, q->n_shown);
+	keep_text(q, q->shown, q->n_shown);
 }
 
 static void cb_done(void *u, enum ds_finish why, const ds_req_stats *st)
@@ -674,8 +683,9 @@ static int parse_ids(const run *r, const char *s, size_t line, int32_t **out,
 		}
 		if (errno == ERANGE || x >= (long)r->n_vocab) {
 			free(v);
-			return ds_errf(err, "line %zu: token id %.20s is not below "
-				       "the vocabulary size %u", line, s, r->n_vocab);
+			return ds_errf(err, "line %zu: token id %.*s is not below "
+				       "the vocabulary size %u", line,
+				       (int)(e - s < 20 ? e - s : 20), s, r->n_vocab);
 		}
 		if (grow((void **)&v, &cap, k + 1, sizeof *v)) {
 			free(v);
@@ -1204,7 +1214,9 @@ static int work(run *r, ds_err *err)
 	} else if (read_requests(r, err) || submit_all(r, err)) {
 		return -1;
 	}
-	return r->failed ? ds_errf(err, "stdout: write error") : 0;
+	if (r->failed)
+		return ds_errf(err, "stdout: write error");
+	return r->bad ? ds_errf(err, "giving up after the error above") : 0;
 }
 
 int main(int argc, char **argv)

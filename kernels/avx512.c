@@ -70,78 +70,129 @@ AI __m512 exp512(__m512 x)
 	return _mm512_scalef_ps(p, n);
 }
 
-/* ---- q4: w = S (q - Z) ------------------------------------------------------ */
+/* ---- q4 (w = S (q - Z)) and q8 (w = S (u - 128)) ----------------------- */
 
-/* One row-set by TT activation rows t0.. (see scalar.c qrow_dot). */
-AI void q4_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x,
-		size_t t0, float *y, size_t ldy, __mmask16 m, const int TT)
+/* R row-sets (1 or 2) by TT activation rows from t0 (see scalar.c
+ * qrow_dot): per 32-block the exact integer dot products, one conversion
+ * and one FMA by the block scale; per group the weight scale and zero.
+ * Two row-sets share each activation broadcast between two vpdpbusd; one
+ * row-set keeps two integer chains per row so the vpdpbusd latency stays
+ * hidden.  The float operations are the same in every variant, so a
+ * row's result does not depend on the tile it was computed in. */
+AI void q_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
+	       float *y, size_t ldy, __mmask16 m0, __mmask16 m1, const int is4,
+	       const int R, const int TT)
 {
-	const size_t kp = w->kp, G = w->type.group, ng = kp / G;
-	const size_t nb = x->ldq / DS_QBLOCK;
-	const uint8_t *sc = rs + 8 * kp, *zp = sc + 32 * ng;
+	const size_t kp = w->kp, G = w->type.group, ng = kp / G, rsb = w->rs_bytes;
+	const size_t nb = x->ldq / DS_QBLOCK, ldq = x->ldq;
+	const uint8_t *sc = rs + (is4 ? 8 : 16) * kp, *zp = sc + 32 * ng;
+	const int8_t *xq = x->q + t0 * ldq;
+	const float *xd = x->qd + t0 * nb, *xs = x->qs + t0 * nb;
 	const __m512i m4 = _mm512_set1_epi8(15);
-	const int8_t *xq[TT_MAX];
-	const float *xd[TT_MAX], *xs[TT_MAX];
-	__m512 acc[TT_MAX];
+	__m512 acc[2][TT_MAX];
 	size_t g, k;
-	int t, c;
+	int t, c, r;
 
-	#pragma GCC unroll 8
-	for (t = 0; t < TT; t++) {
-		xq[t] = x->q + (t0 + t) * x->ldq;
-		xd[t] = x->qd + (t0 + t) * nb;
-		xs[t] = x->qs + (t0 + t) * nb;
-		acc[t] = _mm512_setzero_ps();
-	}
+#pragma GCC unroll 8
+	for (t = 0; t < TT; t++)
+		acc[0][t] = acc[1][t] = _mm512_setzero_ps();
 	for (g = 0; g < ng; g++) {
-		__m512 s = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(sc + 32 * g)));
-		__m512 z = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
-			_mm_loadu_si128((const void *)(zp + 16 * g))));
-		__m512 A[TT_MAX];
+		__m512 A[2][TT_MAX];
 		float S[TT_MAX];
 
-		#pragma GCC unroll 8
+#pragma GCC unroll 8
 		for (t = 0; t < TT; t++) {
-			A[t] = _mm512_setzero_ps();
+			A[0][t] = A[1][t] = _mm512_setzero_ps();
 			S[t] = 0;
 		}
 		for (k = g * G; k < (g + 1) * G; k += DS_QBLOCK) {
-			const uint8_t *wp = rs + 8 * k;
-			__m512i lo[TT_MAX], hi[TT_MAX];
+			__m512i d0[2][TT_MAX], d1[TT_MAX];
 
-			#pragma GCC unroll 8
+#pragma GCC unroll 8
 			for (t = 0; t < TT; t++)
-				lo[t] = hi[t] = _mm512_setzero_si512();
-			#pragma GCC unroll 8
-			for (c = 0; c < 4; c++) {
-				__m512i wv = _mm512_loadu_si512(wp + 64 * c);
-				__m512i wl = _mm512_and_si512(wv, m4);
-				__m512i wh = _mm512_and_si512(_mm512_srli_epi16(wv, 4), m4);
+				d0[0][t] = d0[1][t] = d1[t] = _mm512_setzero_si512();
+			if (is4) {
+#pragma GCC unroll 4
+				for (c = 0; c < 4; c++) {
+					__m512i lo[2], hi[2];
 
-				#pragma GCC unroll 8
-				for (t = 0; t < TT; t++) {
-					lo[t] = _mm512_dpbusd_epi32(lo[t], wl,
-						bcast32(xq[t] + k + 8 * c));
-					hi[t] = _mm512_dpbusd_epi32(hi[t], wh,
-						bcast32(xq[t] + k + 8 * c + 4));
+#pragma GCC unroll 2
+					for (r = 0; r < R; r++) {
+						__m512i v = _mm512_loadu_si512(rs + r * rsb + 8 * k + 64 * c);
+
+						lo[r] = _mm512_and_si512(v, m4);
+						hi[r] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+					}
+#pragma GCC unroll 8
+					for (t = 0; t < TT; t++) {
+						__m512i bl = bcast32(xq + t * ldq + k + 8 * c);
+						__m512i bh = bcast32(xq + t * ldq + k + 8 * c + 4);
+
+						if (R == 1) {
+							d0[0][t] = _mm512_dpbusd_epi32(d0[0][t], lo[0], bl);
+							d1[t] = _mm512_dpbusd_epi32(d1[t], hi[0], bh);
+							continue;
+						}
+#pragma GCC unroll 2
+						for (r = 0; r < R; r++)
+							d0[r][t] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(
+								d0[r][t], lo[r], bl), hi[r], bh);
+					}
+				}
+			} else {
+#pragma GCC unroll 8
+				for (c = 0; c < 8; c++) {
+					__m512i v[2];
+
+#pragma GCC unroll 2
+					for (r = 0; r < R; r++)
+						v[r] = _mm512_loadu_si512(rs + r * rsb + 16 * k + 64 * c);
+#pragma GCC unroll 8
+					for (t = 0; t < TT; t++) {
+						__m512i b = bcast32(xq + t * ldq + k + 4 * c);
+
+						if (R == 1 && (c & 1))
+							d1[t] = _mm512_dpbusd_epi32(d1[t], v[0], b);
+						else if (R == 1)
+							d0[0][t] = _mm512_dpbusd_epi32(d0[0][t], v[0], b);
+						else
+#pragma GCC unroll 2
+							for (r = 0; r < R; r++)
+								d0[r][t] = _mm512_dpbusd_epi32(d0[r][t], v[r], b);
+					}
 				}
 			}
-			#pragma GCC unroll 8
+#pragma GCC unroll 8
 			for (t = 0; t < TT; t++) {
-				__m512 dot = _mm512_cvtepi32_ps(_mm512_add_epi32(lo[t], hi[t]));
+				__m512 db = _mm512_set1_ps(xd[t * nb + k / DS_QBLOCK]);
 
-				A[t] = _mm512_fmadd_ps(dot, _mm512_set1_ps(xd[t][k / DS_QBLOCK]), A[t]);
-				S[t] += xs[t][k / DS_QBLOCK];
+				if (R == 1)
+					d0[0][t] = _mm512_add_epi32(d0[0][t], d1[t]);
+#pragma GCC unroll 2
+				for (r = 0; r < R; r++)
+					A[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0[r][t]), db, A[r][t]);
+				S[t] += xs[t * nb + k / DS_QBLOCK];
 			}
 		}
-		#pragma GCC unroll 8
-		for (t = 0; t < TT; t++)
-			acc[t] = _mm512_fmadd_ps(s, _mm512_fnmadd_ps(z, _mm512_set1_ps(S[t]), A[t]),
-						 acc[t]);
+#pragma GCC unroll 2
+		for (r = 0; r < R; r++) {
+			__m512 s = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(sc + r * rsb + 32 * g)));
+			__m512 z = is4 ? _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(
+					 (const void *)(zp + r * rsb + 16 * g))))
+				       : _mm512_set1_ps(128.0f);
+
+#pragma GCC unroll 8
+			for (t = 0; t < TT; t++)
+				acc[r][t] = _mm512_fmadd_ps(s, _mm512_fnmadd_ps(z, _mm512_set1_ps(S[t]),
+										A[r][t]), acc[r][t]);
+		}
 	}
-	#pragma GCC unroll 8
-	for (t = 0; t < TT; t++)
-		_mm512_mask_storeu_ps(y + (t0 + t) * ldy, m, acc[t]);
+#pragma GCC unroll 8
+	for (t = 0; t < TT; t++) {
+		_mm512_mask_storeu_ps(y + (t0 + t) * ldy, m0, acc[0][t]);
+		if (R == 2)
+			_mm512_mask_storeu_ps(y + (t0 + t) * ldy + DS_ROWSET, m1, acc[1][t]);
+	}
 }
 
 /* Decode: one activation row.  Four integer accumulators per block keep
@@ -199,95 +250,6 @@ static void q4_vec(const ds_mat *w, const uint8_t *rs, const ds_act *x,
 	_mm512_mask_storeu_ps(y, m, acc);
 }
 
-static void mm_q4(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
-		  size_t rs0, size_t rs1)
-{
-	size_t rs, t;
-
-	for (rs = rs0; rs < rs1; rs++) {
-		const uint8_t *p = w->data + rs * w->rs_bytes;
-		float *yr = y + rs * DS_ROWSET;
-		__mmask16 m = row_mask(w, rs);
-
-		if (x->t == 1) {
-			q4_vec(w, p, x, yr, m);
-			continue;
-		}
-		for (t = 0; t < x->t; t += TT_MAX) {
-#define CALL(n) q4_tile(w, p, x, t, yr, ldy, m, n)
-			TILE_SWITCH(x->t - t, CALL)
-#undef CALL
-		}
-	}
-}
-
-/* ---- q8: w = S (u - 128) ---------------------------------------------------- */
-
-AI void q8_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x,
-		size_t t0, float *y, size_t ldy, __mmask16 m, const int TT)
-{
-	const size_t kp = w->kp, G = w->type.group, ng = kp / G;
-	const size_t nb = x->ldq / DS_QBLOCK;
-	const uint8_t *sc = rs + 16 * kp;
-	const int8_t *xq[TT_MAX];
-	const float *xd[TT_MAX], *xs[TT_MAX];
-	__m512 acc[TT_MAX];
-	size_t g, k;
-	int t, c;
-
-	#pragma GCC unroll 8
-	for (t = 0; t < TT; t++) {
-		xq[t] = x->q + (t0 + t) * x->ldq;
-		xd[t] = x->qd + (t0 + t) * nb;
-		xs[t] = x->qs + (t0 + t) * nb;
-		acc[t] = _mm512_setzero_ps();
-	}
-	for (g = 0; g < ng; g++) {
-		__m512 s = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(sc + 32 * g)));
-		__m512 A[TT_MAX];
-		float S[TT_MAX];
-
-		#pragma GCC unroll 8
-		for (t = 0; t < TT; t++) {
-			A[t] = _mm512_setzero_ps();
-			S[t] = 0;
-		}
-		for (k = g * G; k < (g + 1) * G; k += DS_QBLOCK) {
-			const uint8_t *wp = rs + 16 * k;
-			__m512i e[TT_MAX], o[TT_MAX];
-
-			#pragma GCC unroll 8
-			for (t = 0; t < TT; t++)
-				e[t] = o[t] = _mm512_setzero_si512();
-			#pragma GCC unroll 8
-			for (c = 0; c < 8; c += 2) {
-				__m512i w0 = _mm512_loadu_si512(wp + 64 * c);
-				__m512i w1 = _mm512_loadu_si512(wp + 64 * c + 64);
-
-				#pragma GCC unroll 8
-				for (t = 0; t < TT; t++) {
-					e[t] = _mm512_dpbusd_epi32(e[t], w0, bcast32(xq[t] + k + 4 * c));
-					o[t] = _mm512_dpbusd_epi32(o[t], w1, bcast32(xq[t] + k + 4 * c + 4));
-				}
-			}
-			#pragma GCC unroll 8
-			for (t = 0; t < TT; t++) {
-				__m512 dot = _mm512_cvtepi32_ps(_mm512_add_epi32(e[t], o[t]));
-
-				A[t] = _mm512_fmadd_ps(dot, _mm512_set1_ps(xd[t][k / DS_QBLOCK]), A[t]);
-				S[t] += xs[t][k / DS_QBLOCK];
-			}
-		}
-		#pragma GCC unroll 8
-		for (t = 0; t < TT; t++)
-			acc[t] = _mm512_fmadd_ps(s, _mm512_sub_ps(A[t], _mm512_set1_ps(128.0f * S[t])),
-						 acc[t]);
-	}
-	#pragma GCC unroll 8
-	for (t = 0; t < TT; t++)
-		_mm512_mask_storeu_ps(y + (t0 + t) * ldy, m, acc[t]);
-}
-
 static void q8_vec(const ds_mat *w, const uint8_t *rs, const ds_act *x,
 		   float *y, __mmask16 m)
 {
@@ -321,13 +283,14 @@ static void q8_vec(const ds_mat *w, const uint8_t *rs, const ds_act *x,
 					    _mm512_set1_ps(x->qd[k / DS_QBLOCK]), A);
 			S += x->qs[k / DS_QBLOCK];
 		}
-		acc = _mm512_fmadd_ps(s, _mm512_sub_ps(A, _mm512_set1_ps(128.0f * S)), acc);
+		acc = _mm512_fmadd_ps(s, _mm512_fnmadd_ps(_mm512_set1_ps(128.0f), _mm512_set1_ps(S), A), acc);
 	}
 	_mm512_mask_storeu_ps(y, m, acc);
 }
 
-static void mm_q8(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
-		  size_t rs0, size_t rs1)
+/* Row-sets in pairs while there are two, activation rows in tiles. */
+AI void q_mm(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
+	     size_t rs0, size_t rs1, const int is4)
 {
 	size_t rs, t;
 
@@ -337,15 +300,46 @@ static void mm_q8(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
 		__mmask16 m = row_mask(w, rs);
 
 		if (x->t == 1) {
-			q8_vec(w, p, x, yr, m);
+			if (is4)
+				q4_vec(w, p, x, yr, m);
+			else
+				q8_vec(w, p, x, yr, m);
+			continue;
+		}
+		if (rs + 1 < rs1) {
+			__mmask16 m1 = row_mask(w, rs + 1);
+
+			for (t = 0; t < x->t; t += 4) {
+#define CALL(n) q_tile(w, p, x, t, yr, ldy, m, m1, is4, 2, n)
+				switch (x->t - t) {
+				case 1: CALL(1); break;
+				case 2: CALL(2); break;
+				case 3: CALL(3); break;
+				default: CALL(4); break;
+				}
+#undef CALL
+			}
+			rs++;
 			continue;
 		}
 		for (t = 0; t < x->t; t += TT_MAX) {
-#define CALL(n) q8_tile(w, p, x, t, yr, ldy, m, n)
+#define CALL(n) q_tile(w, p, x, t, yr, ldy, m, 0, is4, 1, n)
 			TILE_SWITCH(x->t - t, CALL)
 #undef CALL
 		}
 	}
+}
+
+static void mm_q4(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
+		  size_t rs0, size_t rs1)
+{
+	q_mm(w, x, y, ldy, rs0, rs1, 1);
+}
+
+static void mm_q8(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
+		  size_t rs0, size_t rs1)
+{
+	q_mm(w, x, y, ldy, rs0, rs1, 0);
 }
 
 /* ---- bf16 ------------------------------------------------------------------- */
@@ -809,8 +803,9 @@ static uint64_t read_probe(const uint8_t *p, size_t n)
 		c = _mm512_add_epi64(c, _mm512_load_si512(p + i + 128));
 		d = _mm512_add_epi64(d, _mm512_load_si512(p + i + 192));
 	}
-	return (uint64_t)_mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_add_epi64(a, b),
-								  _mm512_add_epi64(c, d)));
+	/* or, not add: the intrinsic's reduction is signed C arithmetic */
+	return (uint64_t)_mm512_reduce_or_epi64(_mm512_xor_si512(_mm512_xor_si512(a, b),
+								 _mm512_xor_si512(c, d)));
 }
 
 /* PEAK_ACC independent accumulators in named registers (an array would

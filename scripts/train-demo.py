@@ -604,7 +604,7 @@ def export(work, out, group_size=64):
         f.write(" ".join(map(str, held)) + "\n")
     res = {"ctx_size": CTX, "scheme": "forward.py --perplexity (llama-perplexity windows)"}
     for name, d in (("bf16", out), ("awq_dequant", ad)):
-        m = ref.build_model(d, torch.float64)
+        m = ref.build_model(d, torch.float32)       # float32: f64 differs by ~1e-6 relative
         ppl, n, nw, nll = ref.perplexity(m, held, CTX)
         res[name] = {"perplexity": ppl, "tokens": n, "windows": nw, "nll_sum": nll}
         log("held-out perplexity %s: %.4f over %d tokens" % (name, ppl, n))
@@ -628,6 +628,14 @@ def export(work, out, group_size=64):
         f.write(prompts[0][0] + "\n")
     import shutil
     shutil.copy(os.path.join(work, "loss.csv"), os.path.join(out, "loss.csv"))
+    rows = list(csv.DictReader(open(os.path.join(work, "loss.csv"))))
+    last = [float(r["loss"]) for r in rows[-25:]]
+    with open(os.path.join(out, "training.json"), "w") as f:
+        json.dump({"parameters": model_params(cfg), "steps": len(rows),
+                   "tokens": int(rows[-1]["tokens"]), "seconds": float(rows[-1]["seconds"]),
+                   "final_loss_mean_last_25_steps": sum(last) / len(last),
+                   "train_stream_tokens": int(len(data))}, f, indent=2)
+        f.write("\n")
     plot_loss(work, out, res["bf16"]["perplexity"])
 
 

@@ -373,14 +373,13 @@ static int write_perm(ctx *c, const item *it, ds_err *err)
 static int run_item(ctx *c, const item *it, ds_err *err)
 {
 	const ds_tdesc *d = it->d;
-	uint64_t one[2] = { d->shape[d->ndim - 2], d->shape[d->ndim - 1] }, bytes;
-	uint64_t k = d->shape[d->ndim - 1];
+	/* one matrix (one expert of a stack), or the vector */
+	const uint64_t *one = d->ndim == 3 ? d->shape + 1 : d->shape;
+	uint64_t k = d->shape[d->ndim - 1], bytes;
 	uint32_t e;
 
-	if (d->ndim == 1)
-		one[0] = 1, one[1] = d->shape[0];
-	if (ds_tensor_bytes(it->type, d->ndim == 1 ? 1 : 2,
-			    d->ndim == 1 ? one + 1 : one, &bytes) || grow(c, bytes, err))
+	if (ds_tensor_bytes(it->type, d->ndim == 1 ? 1 : 2, one, &bytes) ||
+	    grow(c, bytes, err))
 		return ds_errf(err, "%s: too large", d->name);
 	if (it->perm) {
 		free(c->perm);

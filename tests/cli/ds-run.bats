@@ -1,0 +1,356 @@
+#!/usr/bin/env bats
+# ds-run.bats - ds-run against the PyTorch reference's golden logits
+# (testdata/golden, scripts/ref/forward.py in float64), its own
+# consistency (batch vs decode, threads, ISAs, --parallel, seeds), its
+# output formats and every bad input.
+#
+# Tolerances (max |ours - reference| per logits row; the logits' scale is
+# about 1, their largest about 4):
+#   bf16 checkpoints   0.1   the kernels round the activations to bf16
+#                            (2^-9 relative) before each product: the same
+#                            rounding simulated in the reference moves its
+#                            logits by up to 0.03 (dense), 0.075 (MoE)
+#   f16 checkpoints    0.01  fp32 activations; the f16 KV cache alone
+#                            (1e-4 with --cache-type f32, tested too)
+#   q4 (AWQ, GPTQ)     0.25  against the dequantized weights: the int8
+#                            activation blocks (error up to 1/254 of a
+#                            block's largest) simulated in the reference
+#                            move it by up to 0.12 (dense)
+# MoE cases may have a few rows past the tolerance: a token whose router
+# scores nearly tie picks another expert under the rounding (the simulated
+# rounding does the same at the same rows).  Top-1 must agree on every row
+# within tolerance whose reference margin exceeds twice the tolerance.
+
+bats_require_minimum_version 1.5.0
+
+load_lib() {
+	: "${DS_BIN:=bin}"
+	G=testdata/golden
+	CMP="/usr/bin/python3 tests/cli/cmp-logits.py"
+	T=$BATS_FILE_TMPDIR
+}
+
+setup_file() {
+	load_lib
+	[ -d "$G" ] || return 0
+	for d in "$G"/*/; do
+		n=$(basename "$d")
+		"$DS_BIN"/ds-convert --model-path "$d" --output-dir "$T/$n" --quiet
+	done
+}
+
+setup() {
+	load_lib
+	[ -d "$G" ] || skip "no golden files (testdata/golden)"
+}
+
+vocab() {
+	/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["vocab_size"])' "$G/$1/config.json"
+}
+
+# golden CASE TOL FLIPS [ds-run options]
+golden() {
+	local n=$1 tol=$2 flips=$3
+	shift 3
+	run "$DS_BIN"/ds-run -m "$T/$n" --ids -n 0 --logits-out "$T/$n.out" "$@" <"$G/$n/prompt.ids"
+	[ "$status" -eq 0 ]
+	run $CMP "$T/$n.out" "$G/$n/logits.f32" "$(vocab "$n")" "$tol" "$flips"
+	echo "$n: $output" >&3
+	[ "$status" -eq 0 ]
+}
+
+@test "golden llama (bf16, llama3 rope)" { golden llama 0.1 0; }
+@test "golden qwen2 (bf16, biases, tied)" { golden qwen2 0.1 0; }
+@test "golden qwen2-f16-untied" { golden qwen2-f16-untied 0.01 0; }
+@test "golden qwen2-f16-untied, f32 cache: 1e-4" { golden qwen2-f16-untied 1e-4 0 --cache-type f32; }
+@test "golden ds2-lite (MLA, q_lora null, YaRN, greedy)" { golden ds2-lite 0.1 4; }
+@test "golden ds2-qlora-grouped (q_lora, group_limited_greedy)" { golden ds2-qlora-grouped 0.1 4; }
+@test "golden ds2-norope-scaling" { golden ds2-norope-scaling 0.1 1; }
+@test "golden ds3 (sigmoid, noaux_tc)" { golden ds3 0.1 10; }
+@test "golden ds2-lite-awq" { golden ds2-lite-awq 0.25 4; }
+@test "golden ds3-awq" { golden ds3-awq 0.25 4; }
+@test "golden llama-awq" { golden llama-awq 0.25 0; }
+@test "golden llama-gptq" { golden llama-gptq 0.25 0; }
+@test "golden qwen2-gptq-actorder" { golden qwen2-gptq-actorder 0.25 0; }
+@test "golden ds2-gptq-actorder (MLA with a permuted kv_b)" { golden ds2-gptq-actorder 0.25 4; }
+@test "golden ds2-lite with a q8 cache" { golden ds2-lite 0.25 4 --cache-type q8; }
+@test "golden ds3 on the scalar kernels" { DS_ISA=scalar golden ds3 0.1 10; }
+@test "golden llama-gptq on the scalar kernels" { DS_ISA=scalar golden llama-gptq 0.25 0; }
+@test "golden ds2-lite with --hugepages --no-populate --mlock --numa interleave" {
+	golden ds2-lite 0.1 4 --hugepages --mlock --numa interleave
+	golden ds2-lite 0.1 4 --no-populate
+}
+
+@test "decode one token at a time agrees with the batched prompt" {
+	for n in llama ds2-lite ds3-awq; do
+		head -c 60 "$G/$n/prompt.ids" | sed 's/ [0-9]*$//' >"$T/p.ids"
+		"$DS_BIN"/ds-run -m "$T/$n" --ids --temp 0 -n 12 --logits-out "$T/dec.f32" <"$T/p.ids" >"$T/gen.ids"
+		printf '%s %s\n' "$(cat "$T/p.ids")" "$(cat "$T/gen.ids")" >"$T/all.ids"
+		"$DS_BIN"/ds-run -m "$T/$n" --ids -n 0 --logits-out "$T/pre.f32" <"$T/all.ids"
+		# rows: prompt + 11 decode steps; the batched run has one more
+		np=$(wc -w <"$T/p.ids")
+		head -c $(( (np + 11) * 4 * $(vocab "$n") )) "$T/pre.f32" >"$T/pre-cut.f32"
+		run $CMP "$T/dec.f32" "$T/pre-cut.f32" "$(vocab "$n")" 1e-5
+		echo "$n: $output" >&3
+		[ "$status" -eq 0 ]
+	done
+}
+
+@test "--threads 1 and 2 give the same bytes" {
+	for n in qwen2 ds3 ds2-gptq-actorder; do
+		"$DS_BIN"/ds-run -m "$T/$n" --ids -n 4 --temp 0 --threads 1 --logits-out "$T/t1.f32" <"$G/$n/prompt.ids" >"$T/t1.ids"
+		"$DS_BIN"/ds-run -m "$T/$n" --ids -n 4 --temp 0 --threads 2 --logits-out "$T/t2.f32" <"$G/$n/prompt.ids" >"$T/t2.ids"
+		cmp "$T/t1.f32" "$T/t2.f32"
+		cmp "$T/t1.ids" "$T/t2.ids"
+	done
+}
+
+# Prompts: lines of the golden prompt, cut to different lengths.
+prompts() {
+	for k in 3 17 1 30 9 24 5; do
+		tr ' ' '\n' <"$G/$1/prompt.ids" | head -n "$k" | paste -sd' '
+	done
+}
+
+@test "--parallel 3 gives what --parallel 1 gives, in input order" {
+	for n in llama ds2-qlora-grouped; do
+		prompts "$n" >"$T/in.ids"
+		"$DS_BIN"/ds-run -m "$T/$n" --ids -n 10 --temp 0.9 --seed 42 <"$T/in.ids" >"$T/p1"
+		"$DS_BIN"/ds-run -m "$T/$n" --ids -n 10 --temp 0.9 --seed 42 --parallel 3 <"$T/in.ids" >"$T/p3"
+		[ "$(wc -l <"$T/p1")" -eq 7 ]
+		cmp "$T/p1" "$T/p3"
+		"$DS_BIN"/ds-run -m "$T/$n" -n 6 --jsonl --temp 0 --parallel 4 --logits-out "$T/l4.f32" <"$T/in.ids" >"$T/j4"
+		"$DS_BIN"/ds-run -m "$T/$n" -n 6 --jsonl --temp 0 --logits-out "$T/l1.f32" <"$T/in.ids" >"$T/j1"
+		cmp "$T/l1.f32" "$T/l4.f32"
+		diff <(sed 's/"timings".*//' "$T/j1") <(sed 's/"timings".*//' "$T/j4")
+	done
+}
+
+@test "seeded sampling is reproducible, whatever the threads; other seeds differ" {
+	n=ds2-lite
+	prompts "$n" >"$T/in.ids"
+	"$DS_BIN"/ds-run -m "$T/$n" --ids -n 16 --temp 1.2 --top-k 0 --top-p 1 --min-p 0 --seed 7 --threads 1 <"$T/in.ids" >"$T/a"
+	"$DS_BIN"/ds-run -m "$T/$n" --ids -n 16 --temp 1.2 --top-k 0 --top-p 1 --min-p 0 --seed 7 --threads 2 <"$T/in.ids" >"$T/b"
+	"$DS_BIN"/ds-run -m "$T/$n" --ids -n 16 --temp 1.2 --top-k 0 --top-p 1 --min-p 0 --seed 8 --threads 2 <"$T/in.ids" >"$T/c"
+	cmp "$T/a" "$T/b"
+	! cmp -s "$T/a" "$T/c"
+	# the other sampling options change the draw, deterministically
+	"$DS_BIN"/ds-run -m "$T/$n" --ids -n 16 --temp 0.7 --top-k 5 --top-p 0.9 --min-p 0.1 --repeat-penalty 1.3 --repeat-last-n 8 --seed 7 <"$T/in.ids" >"$T/d"
+	"$DS_BIN"/ds-run -m "$T/$n" --ids -n 16 --temp 0.7 --top-k 5 --top-p 0.9 --min-p 0.1 --repeat-penalty 1.3 --repeat-last-n 8 --seed 7 <"$T/in.ids" >"$T/e"
+	cmp "$T/d" "$T/e"
+	! cmp -s "$T/a" "$T/d"
+}
+
+@test "greedy decoding follows the reference's argmax" {
+	n=qwen2-f16-untied
+	"$DS_BIN"/ds-run -m "$T/$n" --ids --temp 0 -n 1 <"$G/$n/prompt.ids" >"$T/g"
+	want=$(/usr/bin/python3 -c 'import numpy as np, sys
+l = np.fromfile(sys.argv[1], "<f4").reshape(-1, int(sys.argv[2]))
+print(int(l[-1].argmax()))' "$G/$n/logits.f32" "$(vocab $n)")
+	[ "$(cat "$T/g")" = "$want" ]
+}
+
+@test "--logits-out rows: the prompt's with -n 0, one more per generated token after the first" {
+	n=llama
+	V=$(vocab $n)
+	printf '1 2 3 4 5\n6 7\n' >"$T/in.ids"
+	"$DS_BIN"/ds-run -m "$T/$n" --ids -n 0 --logits-out "$T/a.f32" <"$T/in.ids" >"$T/o"
+	[ "$(stat -c %s "$T/a.f32")" -eq $((7 * 4 * V)) ]
+	[ "$(cat "$T/o")" = "$(printf '\n\n')" ]
+	"$DS_BIN"/ds-run -m "$T/$n" --ids -n 3 --temp 0 --logits-out "$T/b.f32" <"$T/in.ids" >"$T/o"
+	[ "$(stat -c %s "$T/b.f32")" -eq $(((5 + 2 + 2 + 2) * 4 * V)) ]
+	[ "$(wc -w <"$T/o")" -eq 6 ]
+	# the first request's prompt rows lead, the second's follow
+	cmp -n $((5 * 4 * V)) "$T/a.f32" "$T/b.f32"
+}
+
+@test "--jsonl: one object per line, every field" {
+	n=ds2-lite
+	printf '1 2 3\n\n4 5 6 7\n' >"$T/in.ids"
+	run "$DS_BIN"/ds-run -m "$T/$n" --jsonl -n 5 --temp 0 <"$T/in.ids"
+	[ "$status" -eq 0 ]
+	[ "${#lines[@]}" -eq 3 ]
+	/usr/bin/python3 - "$output" <<'EOF'
+import json, sys
+objs = [json.loads(l) for l in sys.argv[1].split("\n")]
+for i, o in enumerate(objs):
+    assert set(o) == {"index", "tokens", "text", "finish_reason", "prompt_tokens",
+                      "completion_tokens", "timings"}, o
+    assert o["index"] == i
+    assert set(o["timings"]) >= {"prompt_ms", "predicted_ms"}
+assert [o["prompt_tokens"] for o in objs] == [3, 0, 4]
+assert objs[0]["completion_tokens"] == len(objs[0]["tokens"]) <= 5
+assert objs[0]["finish_reason"] in ("length", "stop")
+assert objs[1]["tokens"] == [] and objs[1]["completion_tokens"] == 0
+EOF
+}
+
+@test "--ids: a line per request, the empty line an empty answer" {
+	printf '5 6 7\n\n8\n' | "$DS_BIN"/ds-run -m "$T/llama" --ids -n 4 --temp 0 >"$T/o"
+	[ "$(wc -l <"$T/o")" -eq 3 ]
+	[ "$(sed -n 2p "$T/o")" = "" ]
+	[ "$(sed -n 1p "$T/o" | wc -w)" -eq 4 ]
+}
+
+@test "--perplexity matches the reference logits' perplexity" {
+	n=ds2-lite
+	V=$(vocab $n)
+	np=$(wc -w <"$G/$n/prompt.ids")
+	run "$DS_BIN"/ds-run -m "$T/$n" --perplexity --ctx-size "$np" <"$G/$n/prompt.ids"
+	[ "$status" -eq 0 ]
+	echo "$output" >&3
+	/usr/bin/python3 - "$output" "$G/$n/logits.f32" "$G/$n/prompt.ids" "$V" <<'EOF'
+import math, sys, numpy as np
+words = sys.argv[1].split()
+ppl, tokens, windows, ctx = float(words[1]), int(words[3]), int(words[5]), int(words[7])
+V = int(sys.argv[4])
+l = np.fromfile(sys.argv[2], "<f4").reshape(-1, V).astype(np.float64)
+ids = [int(t) for t in open(sys.argv[3]).read().split()]
+first = len(ids) // 2
+lp = l - l.max(1, keepdims=True)
+lp = lp - np.log(np.exp(lp).sum(1, keepdims=True))
+nll = -sum(lp[j, ids[j + 1]] for j in range(first, len(ids) - 1))
+want = math.exp(nll / (len(ids) - 1 - first))
+assert windows == 1 and ctx == len(ids) and tokens == len(ids) - 1 - first, words
+assert abs(ppl / want - 1) < 0.01, (ppl, want)
+EOF
+	# too few tokens for one window
+	run "$DS_BIN"/ds-run -m "$T/$n" --perplexity --ctx-size 1000 <"$G/$n/prompt.ids"
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"fewer than one window"* ]]
+}
+
+@test "--verbose: ISA, threads, load time, KV cache size and RSS on stderr" {
+	run --separate-stderr "$DS_BIN"/ds-run -m "$T/ds2-lite" --ids -n 2 --temp 0 --verbose --ctx-size 100 <<<"1 2 3"
+	[ "$status" -eq 0 ]
+	[ "$(echo "$output" | wc -w)" -eq 2 ]
+	[[ "$stderr" == *"kernels "* ]]
+	[[ "$stderr" == *"loaded in"* ]]
+	[[ "$stderr" == *"KV cache f16: 1 slots x 100 positions"* ]]
+	[[ "$stderr" == *"RSS"* ]]
+}
+
+@test "stops at EOS: generation ends there, finish_reason stop" {
+	n=llama
+	printf '1 2 3 4 5 6 7 8\n' >"$T/in.ids"
+	"$DS_BIN"/ds-run -m "$T/$n" --ids --temp 0 -n 8 <"$T/in.ids" >"$T/g"
+	second=$(cut -d' ' -f2 "$T/g")
+	# a model whose EOS is the second token it would generate
+	cp -r "$T/$n" "$T/eos"
+	/usr/bin/python3 - "$T/eos/model.meta" "$second" <<'EOF'
+import json, sys
+m = json.load(open(sys.argv[1]))
+m["hparams"]["eos_token_id"] = int(sys.argv[2])
+if "eos_token_ids" in m["hparams"]:
+    m["hparams"]["eos_token_ids"] = [int(sys.argv[2])]
+json.dump(m, open(sys.argv[1], "w"))
+EOF
+	run "$DS_BIN"/ds-run -m "$T/eos" --jsonl --temp 0 -n 8 <"$T/in.ids"
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"\"tokens\": [$(cut -d' ' -f1 "$T/g")]"* ]]
+	[[ "$output" == *'"finish_reason": "stop"'* ]]
+}
+
+@test "the context limit: generation stops at --ctx-size (finish length)" {
+	run "$DS_BIN"/ds-run -m "$T/llama" --jsonl --temp 0 --ctx-size 8 <<<"1 2 3 4 5"
+	[ "$status" -eq 0 ]
+	[[ "$output" == *'"completion_tokens": 4'* ]]
+	[[ "$output" == *'"finish_reason": "length"'* ]]
+}
+
+# ---- bad input: one line on stderr, exit 1 (usage: 2) ----------------------------------
+
+@test "an id outside the vocabulary names it and its line" {
+	V=$(vocab llama)
+	run "$DS_BIN"/ds-run -m "$T/llama" --ids -n 1 <<<"$(printf '1 2\n3 %d 4\n' "$V")"
+	[ "$status" -eq 1 ]
+	[ "${#lines[@]}" -eq 1 ]
+	[[ "$output" == "ds-run: line 2: token id $V is not below the vocabulary size $V" ]]
+	run "$DS_BIN"/ds-run -m "$T/llama" --ids -n 1 <<<"1 x2"
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"line 1: \"x2\" is not a token id"* ]]
+	run "$DS_BIN"/ds-run -m "$T/llama" --ids -n 1 <<<"1 -2"
+	[ "$status" -eq 1 ]
+}
+
+@test "a prompt longer than the context: an error, unless --truncate" {
+	run "$DS_BIN"/ds-run -m "$T/llama" --ids -n 2 --ctx-size 4 <<<"1 2 3 4 5 6"
+	[ "$status" -eq 1 ]
+	[[ "$output" == "ds-run: line 1: prompt of 6 tokens is longer than the context (4)"* ]]
+	run "$DS_BIN"/ds-run -m "$T/llama" --jsonl -n 1 --temp 0 --ctx-size 4 --truncate <<<"1 2 3 4 5 6"
+	[ "$status" -eq 0 ]
+	[[ "$output" == *'"prompt_tokens": 3'* ]]
+	# the kept tokens are the last ones
+	run "$DS_BIN"/ds-run -m "$T/llama" --ids -n 1 --temp 0 --ctx-size 8 --logits-out "$T/x.f32" <<<"4 5 6"
+	run "$DS_BIN"/ds-run -m "$T/llama" --ids -n 1 --temp 0 --ctx-size 4 --truncate --logits-out "$T/y.f32" <<<"1 2 3 4 5 6"
+	cmp "$T/x.f32" "$T/y.f32"
+}
+
+@test "a model of another format version" {
+	cp -r "$T/llama" "$T/v2"
+	sed -i 's/"version": 1/"version": 2/' "$T/v2/model.meta"
+	run "$DS_BIN"/ds-run -m "$T/v2" --ids -n 1 <<<"1 2"
+	[ "$status" -eq 1 ]
+	[ "${#lines[@]}" -eq 1 ]
+	[[ "$output" == *"format version 2"* ]]
+}
+
+@test "--verify finds a flipped byte; without it the model still loads" {
+	cp -r "$T/llama" "$T/bad"
+	printf '\377' | dd of="$T/bad/model.bin" bs=1 seek=5000 conv=notrunc 2>/dev/null
+	run "$DS_BIN"/ds-run -m "$T/bad" --ids -n 1 --verify <<<"1 2"
+	[ "$status" -eq 1 ]
+	[ "${#lines[@]}" -eq 1 ]
+	[[ "$output" == *"CRC-32"* ]]
+	run "$DS_BIN"/ds-run -m "$T/llama" --ids -n 1 --verify <<<"1 2"
+	[ "$status" -eq 0 ]
+}
+
+@test "text without a tokenizer: one clear line" {
+	cp -r "$T/llama" "$T/notok"
+	rm -f "$T/notok/tokenizer.bin"
+	for args in "-p hello" "-n 1" "--chat -n 1" "--stop x --ids"; do
+		run "$DS_BIN"/ds-run -m "$T/notok" $args <<<"1 2"
+		[ "$status" -eq 1 ]
+		[ "${#lines[@]}" -eq 1 ]
+		[[ "$output" == *"tokenizer.bin: no tokenizer"* ]]
+	done
+	# ids and JSON lines need none
+	run "$DS_BIN"/ds-run -m "$T/notok" --jsonl -n 1 --temp 0 <<<"1 2"
+	[ "$status" -eq 0 ]
+	[[ "$output" == *'"text": null'* ]]
+}
+
+@test "a missing model directory" {
+	run "$DS_BIN"/ds-run -m "$T/nonexistent" --ids <<<"1"
+	[ "$status" -eq 1 ]
+	[ "${#lines[@]}" -eq 1 ]
+	[[ "$output" == "ds-run: "*"nonexistent"* ]]
+}
+
+@test "usage errors exit 2; --help and --version exit 0 on stdout" {
+	for args in "" "-m" "--bogus -m x" "-m x --temp abc" "-m x --top-p 2" "-m x --parallel 0" \
+		    "-m x --cache-type q5" "-m x --numa sideways" "-m x -p a -f b" "-m x extra" \
+		    "-m x --ctx-size 2" "-m x --perplexity --parallel 2"; do
+		run "$DS_BIN"/ds-run $args
+		[ "$status" -eq 2 ]
+		[[ "$output" == "ds-run: "* ]]
+	done
+	run --separate-stderr "$DS_BIN"/ds-run --help
+	[ "$status" -eq 0 ]
+	[[ "$output" == "usage: ds-run -m DIR"* ]]
+	[ -z "$stderr" ]
+	run "$DS_BIN"/ds-run --version
+	[ "$status" -eq 0 ]
+	[[ "$output" == "ds-run "[0-9]* ]]
+}
+
+@test "--cpus pins the pool; --sched-fifo without CAP_SYS_NICE is refused" {
+	golden llama 0.1 0 --cpus 0 --threads 1
+	if [ "$(id -u)" -eq 0 ]; then
+		skip "running as root: SCHED_FIFO would be granted"
+	fi
+	run "$DS_BIN"/ds-run -m "$T/llama" --ids -n 1 --sched-fifo 10 <<<"1 2"
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"CAP_SYS_NICE"* ]]
+}
