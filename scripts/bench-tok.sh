@@ -61,9 +61,11 @@ scripts/ref/fetch-npm.sh >/dev/null 2>&1 || have_npm=0
 for m in bpe uni; do
 	"$out/tokbench" compile "testdata/tok/sp/$m.model" "$out/sp-$m.bin"
 	: > "$out/ds.t"
+	: > "$out/lib.t"
 	: > "$out/ref.t"
 	for r in $(seq $ROUNDS); do
 		ds_once "$out/sp-$m.bin" >> "$out/ds.t"
+		"$out/tokbench" lines "$out/sp-$m.bin" "$text" >> "$out/lib.t"
 		/usr/bin/python3 - "testdata/tok/sp/$m.model" "$text" >> "$out/ref.t" <<'PY'
 import sys, time
 import sentencepiece as spm
@@ -79,6 +81,8 @@ PY
 	done
 	set -- $(best < "$out/ds.t")
 	row "sp-$m" ds-tok "$1" "$2"
+	set -- $(best < "$out/lib.t")
+	row "sp-$m" "ds library, encode calls only" "$1" "$2"
 	set -- $(best < "$out/ref.t")
 	row "sp-$m" "SentencePiece 0.1.97 (C++, Python API)" "$1" "$2"
 done
@@ -89,10 +93,12 @@ if [ $have_npm = 1 ]; then
 	"$out/tokbench" compile "$v3" "$out/v3.bin"
 	load_us=$("$out/tokbench" load "$out/v3.bin" 1000 | awk '$1 == "load_us" {print $2}')
 	: > "$out/ds.t"
+	: > "$out/lib.t"
 	for impl in lenml hf; do
 		: > "$out/$impl.t"
 		for r in 1 2; do
 			ds_once "$out/v3.bin" >> "$out/ds.t"
+			"$out/tokbench" lines "$out/v3.bin" "$text" >> "$out/lib.t"
 			RAYON_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false \
 				node - "$impl" "$text" >> "$out/$impl.t" <<'JS'
 const fs = require('fs');
@@ -123,6 +129,8 @@ JS
 	done
 	set -- $(best < "$out/ds.t")
 	row deepseek-v3 ds-tok "$1" "$2"
+	set -- $(best < "$out/lib.t")
+	row deepseek-v3 "ds library, encode calls only" "$1" "$2"
 	set -- $(best < "$out/lenml.t")
 	row deepseek-v3 "@lenml/tokenizers 3.7.2 (JavaScript)" "$1" "$2"
 	set -- $(best < "$out/hf.t")
@@ -137,8 +145,10 @@ fi
 	echo "man pages, the conformance corpus), single-threaded; ds-tok and each"
 	echo "reference take turns (5 rounds for SentencePiece, 2 for the JavaScript"
 	echo "ones) and each keeps its best; ds-tok is timed as a whole process (load,"
-	echo "read, encode, print counts), the references' encode calls only."
-	echo "Ratio: ds-tok's tokens/s over the implementation's."
+	echo "read, encode, print counts), the references' encode calls only, as is"
+	echo "the ds library's row (scripts/tokbench.c)."
+	echo "Ratio: ds-tok's tokens/s over the implementation's (the whole ds-tok"
+	echo "process against the references' encode calls: in ds's disfavour)."
 	echo
 	echo "| tokenizer | implementation | tokens | seconds | tokens/s | ds-tok ratio |"
 	echo "| --- | --- | ---: | ---: | ---: | ---: |"
@@ -150,6 +160,7 @@ fi
 				split(r[i], f, "|")
 				rate = f[3] / f[4]
 				ratio = f[2] == "ds-tok" ? "1" : sprintf("%.1f", ds[f[1]] / rate)
+				if (f[2] ~ /^ds library/) ratio = "-"
 				printf "| %s | %s | %d | %.3f | %.0f | %s |\n", f[1], f[2], f[3], f[4], rate, ratio
 			}
 		}'

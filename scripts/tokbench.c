@@ -2,6 +2,8 @@
  * builds it against build/libdscore.a).
  *   tokbench compile SRC DST      tokenizer.json / .model -> tokenizer.bin
  *   tokbench load BIN N           mean time of N loads (+ frees) of BIN, us
+ *   tokbench lines BIN TEXT       encode each line of TEXT: "tokens seconds"
+ *                                 of the encode calls alone
  *   tokbench TOKENIZER TEXT [N]   load time, then single-threaded encode
  *                                 speed of the whole file as one text
  * Prints "key value" lines. */
@@ -32,6 +34,35 @@ int main(int argc, char **argv)
 			fprintf(stderr, "tokbench: %s\n", err.msg);
 			return 1;
 		}
+		return 0;
+	}
+	if (strcmp(argv[1], "lines") == 0 && argc == 4) {
+		size_t total = 0;
+		double spent = 0;
+
+		if (ds_tok_load(&tok, argv[2], &err) != 0 ||
+		    ds_read_file(argv[3], (size_t)1 << 30, &text, &len, &err) != 0) {
+			fprintf(stderr, "tokbench: %s\n", err.msg);
+			return 1;
+		}
+		for (char *p = text, *end = text + len; p < end;) {
+			char *nl = memchr(p, '\n', (size_t)(end - p));
+			size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
+
+			ids.n = 0;
+			t0 = ds_now_s();
+			if (n > 0 && ds_tok_encode(tok, p, n, DS_TOK_NO_BOS, &ids, &err) != 0) {
+				fprintf(stderr, "tokbench: %s\n", err.msg);
+				return 1;
+			}
+			spent += ds_now_s() - t0;
+			total += ids.n;
+			p += n + 1;
+		}
+		printf("%zu %.6f\n", total, spent);
+		ds_tok_ids_free(&ids);
+		ds_tok_free(tok);
+		free(text);
 		return 0;
 	}
 	if (strcmp(argv[1], "load") == 0 && argc == 4) {
