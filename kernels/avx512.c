@@ -18,9 +18,8 @@
 
 #define AI static inline __attribute__((always_inline))
 #define TT_MAX 6   /* activation rows per tile (register budget) */
-#ifndef PF_AHEAD
-#define PF_AHEAD 2048
-#endif
+/* bytes of weights prefetched ahead when one activation row streams them */
+#define PF_AHEAD 4096
 
 AI __m512i bcast32(const void *p)
 {
@@ -132,6 +131,17 @@ AI void q_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
 #pragma GCC unroll 8
 			for (t = 0; t < TT; t++)
 				d0[0][t] = d0[1][t] = d1[t] = _mm512_setzero_si512();
+			/* decode streams the weights from memory: keep PF_AHEAD
+			 * bytes of each row-set in flight */
+			if (TT == 1)
+#pragma GCC unroll 2
+				for (r = 0; r < R; r++)
+#pragma GCC unroll 8
+					for (c = 0; c < 8; c++)
+						if (is4 == 0 || c < 4)
+							_mm_prefetch((const char *)rs + r * rsb +
+								     (is4 ? 8 : 16) * k + 64 * c +
+								     PF_AHEAD, _MM_HINT_T0);
 			if (is4) {
 #pragma GCC unroll 4
 				for (c = 0; c < 4; c++) {
@@ -320,7 +330,9 @@ AI void q_mm(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
 		float *yr = y + rs * DS_ROWSET;
 		__mmask16 m = row_mask(w, rs);
 
-		if (x->t == 1) {
+		/* one row: pairs of row-sets too (two streams in flight), the
+		 * last odd one alone */
+		if (x->t == 1 && rs + 1 >= rs1) {
 			if (is4)
 				q4_vec(w, p, x, yr, m);
 			else
