@@ -426,13 +426,43 @@ static void bench_close(bench *b)
 	ds_pool_free(b->pool);
 }
 
-static int run(const ds_kbench_opts *o0, ds_kbench_emit *emit, void *arg,
-	       int kernels, ds_err *err)
+/* The weight types to run: o->types parsed, or the default list. */
+static int pick_types(const ds_kbench_opts *o, ds_ttype *out, int max, ds_err *err)
 {
-	static const ds_ttype types[] = {
+	static const ds_ttype def[] = {
 		{ DS_Q4, 128 }, { DS_Q4, 32 }, { DS_Q8, 32 }, { DS_BF16, 0 },
 		{ DS_F16, 0 }, { DS_F32, 0 },
 	};
+	static const ds_ttype quick[] = { { DS_Q4, 128 }, { DS_BF16, 0 } };
+	const char *p = o->types;
+	int n = 0;
+
+	if (p == NULL) {
+		memcpy(out, o->quick ? quick : def, o->quick ? sizeof quick : sizeof def);
+		return o->quick ? 2 : 6;
+	}
+	while (*p && n < max) {
+		char name[16];
+		size_t len = strcspn(p, ",");
+
+		if (len == 0 || len >= sizeof name)
+			return ds_errf(err, "weight type list '%s': empty or overlong entry", o->types);
+		memcpy(name, p, len);
+		name[len] = '\0';
+		if (ds_ttype_parse(name, &out[n]) != 0 || out[n].dt == DS_I32)
+			return ds_errf(err, "weight type '%s': not a matrix type (q4gG, q8gG, bf16, f16, f32)",
+				       name);
+		n++;
+		p += len + (p[len] == ',');
+	}
+	return n;
+}
+
+static int run(const ds_kbench_opts *o0, ds_kbench_emit *emit, void *arg,
+	       int kernels, ds_err *err)
+{
+	ds_ttype types[16];
+	int ntypes;
 	ds_kbench_opts od = *o0, *o = &od;
 	size_t ws = o->ws_bytes ? o->ws_bytes : (size_t)(o->quick ? 64 : 512) << 20;
 
@@ -448,6 +478,9 @@ static int run(const ds_kbench_opts *o0, ds_kbench_emit *emit, void *arg,
 	size_t ti;
 
 	if (ds_kernels_init(err) != 0)
+		return -1;
+	ntypes = pick_types(o, types, 16, err);
+	if (ntypes < 0)
 		return -1;
 	buf = ds_aligned_alloc(4096, ws, err);
 	if (buf == NULL)
@@ -467,9 +500,8 @@ static int run(const ds_kbench_opts *o0, ds_kbench_emit *emit, void *arg,
 			break;
 		}
 		base_rows(&b, kernels);
-		for (ti = 0; kernels && rc == 0 && ti < sizeof types / sizeof types[0]; ti++)
-			if (!o->quick || ti == 0 || types[ti].dt == DS_BF16)
-				rc = type_rows(&b, types[ti], err);
+		for (ti = 0; kernels && rc == 0 && ti < (size_t)ntypes; ti++)
+			rc = type_rows(&b, types[ti], err);
 		bench_close(&b);
 	}
 	free(buf);

@@ -56,6 +56,8 @@ typedef struct ds_kbench_opts {
 	int quick;            /* q4g128 and bf16 only, T = 8, 64 MiB, short runs */
 	uint64_t mm_n, mm_k;  /* matmul shape (0: 4096 x 4096) */
 	const char *cpus;     /* CPU list to pin to, or NULL */
+	const char *types;    /* comma-separated weight types ("q4g32,bf16"),
+				 NULL: q4g128 q4g32 q8g32 bf16 f16 f32 */
 } ds_kbench_opts;
 
 /* Measured clock in GHz (dependent integer adds, one per cycle). */

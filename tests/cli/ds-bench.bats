@@ -30,6 +30,9 @@ setup() {
 	[ "$status" -eq 2 ]
 	run "$DS_BIN/ds-bench" --kernels -s 4096
 	[ "$status" -eq 2 ]
+	run "$DS_BIN/ds-bench" --kernels -w q5g32
+	[ "$status" -eq 2 ]
+	[[ "$output" == "ds-bench: -w q5g32: not a weight type"* ]]
 	run "$DS_BIN/ds-bench" --kernels extra
 	[ "$status" -eq 2 ]
 	run "$DS_BIN/ds-bench" --frobnicate
