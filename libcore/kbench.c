@@ -140,13 +140,70 @@ static void noop_job(void *arg, int ith, int nth)
 	(void)nth;
 }
 
-static void barrier_fn(void *arg)
+static int cmp_double(const void *a, const void *b)
 {
-	bench *b = arg;
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+#define ROUND_TRIPS 4001
+
+/* The median of many single round trips (a mean would be dominated by the
+ * few that another process on a shared machine preempts). */
+static double median_us(double *t, int n)
+{
+	qsort(t, (size_t)n, sizeof *t, cmp_double);
+	return t[n / 2] * 1e6;
+}
+
+static double run_round_trip(bench *b)
+{
+	static double t[ROUND_TRIPS];
 	int i;
 
-	for (i = 0; i < 1000; i++)
+	for (i = 0; i < ROUND_TRIPS; i++) {
+		double a = ds_now_s();
+
 		ds_pool_run(b->pool, noop_job, NULL);
+		t[i] = ds_now_s() - a;
+	}
+	return median_us(t, ROUND_TRIPS);
+}
+
+struct sync_job {
+	ds_pool *pool;
+	double t[ROUND_TRIPS];
+};
+
+/* Thread 0 times each barrier; all threads pass ROUND_TRIPS of them. */
+static void sync_job(void *arg, int ith, int nth)
+{
+	struct sync_job *j = arg;
+	int i;
+
+	(void)nth;
+	for (i = 0; i < ROUND_TRIPS; i++) {
+		double a = ith == 0 ? ds_now_s() : 0;
+
+		ds_pool_barrier(j->pool);
+		if (ith == 0)
+			j->t[i] = ds_now_s() - a;
+	}
+}
+
+static double sync_round_trip(bench *b)
+{
+	struct sync_job *j = malloc(sizeof *j);
+	double us;
+
+	if (j == NULL)
+		return 0;
+	j->pool = b->pool;
+	ds_pool_run(b->pool, sync_job, j);
+	us = median_us(j->t, ROUND_TRIPS);
+	free(j);
+	return us;
 }
 
 static void peak_share(void *arg, int ith, int nth)
@@ -184,8 +241,15 @@ static void base_rows(bench *b, int peaks)
 	memset(&r, 0, sizeof r);
 	r.op = "barrier";
 	snprintf(r.type, sizeof r.type, "run");
-	r.sec = best_of(barrier_fn, b, b->o->min_sec / 4) / 1000;
-	r.us = r.sec * 1e6;
+	r.us = run_round_trip(b);
+	r.sec = r.us * 1e-6;
+	row(b, &r);
+	/* the barrier inside a job, between the phases of one op */
+	memset(&r, 0, sizeof r);
+	r.op = "barrier";
+	snprintf(r.type, sizeof r.type, "sync");
+	r.us = sync_round_trip(b);
+	r.sec = r.us * 1e-6;
 	row(b, &r);
 	for (kind = 0; peaks && kind < 3; kind++) {
 		uint64_t macs = 0;

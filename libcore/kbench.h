@@ -19,8 +19,10 @@
  *                the dot-product instructions retired per cycle by
  *                independent accumulators (vpdpbusd: 64 int8 multiply-adds
  *                per instruction), times the threads
- *   barrier      an empty ds_pool_run: the caller's round trip through
- *                all threads
+ *   barrier      "run": an empty ds_pool_run, the caller's round trip
+ *                through all threads; "sync": one ds_pool_barrier inside
+ *                a job (between the phases of an op); the median of 4001
+ *                single round trips
  */
 #ifndef DS_KBENCH_H
 #define DS_KBENCH_H
