@@ -140,13 +140,70 @@ static void noop_job(void *arg, int ith, int nth)
 	(void)nth;
 }
 
-static void barrier_fn(void *arg)
+static int cmp_double(const void *a, const void *b)
 {
-	bench *b = arg;
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+#define ROUND_TRIPS 4001
+
+/* The median of many single round trips (a mean would be dominated by the
+ * few that another process on a shared machine preempts). */
+static double median_us(double *t, int n)
+{
+	qsort(t, (size_t)n, sizeof *t, cmp_double);
+	return t[n / 2] * 1e6;
+}
+
+static double run_round_trip(bench *b)
+{
+	static double t[ROUND_TRIPS];
 	int i;
 
-	for (i = 0; i < 1000; i++)
+	for (i = 0; i < ROUND_TRIPS; i++) {
+		double a = ds_now_s();
+
 		ds_pool_run(b->pool, noop_job, NULL);
+		t[i] = ds_now_s() - a;
+	}
+	return median_us(t, ROUND_TRIPS);
+}
+
+struct sync_job {
+	ds_pool *pool;
+	double t[ROUND_TRIPS];
+};
+
+/* Thread 0 times each barrier; all threads pass ROUND_TRIPS of them. */
+static void sync_job(void *arg, int ith, int nth)
+{
+	struct sync_job *j = arg;
+	int i;
+
+	(void)nth;
+	for (i = 0; i < ROUND_TRIPS; i++) {
+		double a = ith == 0 ? ds_now_s() : 0;
+
+		ds_pool_barrier(j->pool);
+		if (ith == 0)
+			j->t[i] = ds_now_s() - a;
+	}
+}
+
+static double sync_round_trip(bench *b)
+{
+	struct sync_job *j = malloc(sizeof *j);
+	double us;
+
+	if (j == NULL)
+		return 0;
+	j->pool = b->pool;
+	ds_pool_run(b->pool, sync_job, j);
+	us = median_us(j->t, ROUND_TRIPS);
+	free(j);
+	return us;
 }
 
 static void peak_share(void *arg, int ith, int nth)
@@ -184,8 +241,15 @@ static void base_rows(bench *b, int peaks)
 	memset(&r, 0, sizeof r);
 	r.op = "barrier";
 	snprintf(r.type, sizeof r.type, "run");
-	r.sec = best_of(barrier_fn, b, b->o->min_sec / 4) / 1000;
-	r.us = r.sec * 1e6;
+	r.us = run_round_trip(b);
+	r.sec = r.us * 1e-6;
+	row(b, &r);
+	/* the barrier inside a job, between the phases of one op */
+	memset(&r, 0, sizeof r);
+	r.op = "barrier";
+	snprintf(r.type, sizeof r.type, "sync");
+	r.us = sync_round_trip(b);
+	r.sec = r.us * 1e-6;
 	row(b, &r);
 	for (kind = 0; peaks && kind < 3; kind++) {
 		uint64_t macs = 0;
@@ -426,13 +490,43 @@ static void bench_close(bench *b)
 	ds_pool_free(b->pool);
 }
 
-static int run(const ds_kbench_opts *o0, ds_kbench_emit *emit, void *arg,
-	       int kernels, ds_err *err)
+/* The weight types to run: o->types parsed, or the default list. */
+static int pick_types(const ds_kbench_opts *o, ds_ttype *out, int max, ds_err *err)
 {
-	static const ds_ttype types[] = {
+	static const ds_ttype def[] = {
 		{ DS_Q4, 128 }, { DS_Q4, 32 }, { DS_Q8, 32 }, { DS_BF16, 0 },
 		{ DS_F16, 0 }, { DS_F32, 0 },
 	};
+	static const ds_ttype quick[] = { { DS_Q4, 128 }, { DS_BF16, 0 } };
+	const char *p = o->types;
+	int n = 0;
+
+	if (p == NULL) {
+		memcpy(out, o->quick ? quick : def, o->quick ? sizeof quick : sizeof def);
+		return o->quick ? 2 : 6;
+	}
+	while (*p && n < max) {
+		char name[16];
+		size_t len = strcspn(p, ",");
+
+		if (len == 0 || len >= sizeof name)
+			return ds_errf(err, "weight type list '%s': empty or overlong entry", o->types);
+		memcpy(name, p, len);
+		name[len] = '\0';
+		if (ds_ttype_parse(name, &out[n]) != 0 || out[n].dt == DS_I32)
+			return ds_errf(err, "weight type '%s': not a matrix type (q4gG, q8gG, bf16, f16, f32)",
+				       name);
+		n++;
+		p += len + (p[len] == ',');
+	}
+	return n;
+}
+
+static int run(const ds_kbench_opts *o0, ds_kbench_emit *emit, void *arg,
+	       int kernels, ds_err *err)
+{
+	ds_ttype types[16];
+	int ntypes;
 	ds_kbench_opts od = *o0, *o = &od;
 	size_t ws = o->ws_bytes ? o->ws_bytes : (size_t)(o->quick ? 64 : 512) << 20;
 
@@ -448,6 +542,9 @@ static int run(const ds_kbench_opts *o0, ds_kbench_emit *emit, void *arg,
 	size_t ti;
 
 	if (ds_kernels_init(err) != 0)
+		return -1;
+	ntypes = pick_types(o, types, 16, err);
+	if (ntypes < 0)
 		return -1;
 	buf = ds_aligned_alloc(4096, ws, err);
 	if (buf == NULL)
@@ -467,9 +564,8 @@ static int run(const ds_kbench_opts *o0, ds_kbench_emit *emit, void *arg,
 			break;
 		}
 		base_rows(&b, kernels);
-		for (ti = 0; kernels && rc == 0 && ti < sizeof types / sizeof types[0]; ti++)
-			if (!o->quick || ti == 0 || types[ti].dt == DS_BF16)
-				rc = type_rows(&b, types[ti], err);
+		for (ti = 0; kernels && rc == 0 && ti < (size_t)ntypes; ti++)
+			rc = type_rows(&b, types[ti], err);
 		bench_close(&b);
 	}
 	free(buf);

@@ -30,6 +30,9 @@ setup() {
 	[ "$status" -eq 2 ]
 	run "$DS_BIN/ds-bench" --kernels -s 4096
 	[ "$status" -eq 2 ]
+	run "$DS_BIN/ds-bench" --kernels -w q5g32
+	[ "$status" -eq 2 ]
+	[[ "$output" == "ds-bench: -w q5g32: not a weight type"* ]]
 	run "$DS_BIN/ds-bench" --kernels extra
 	[ "$status" -eq 2 ]
 	run "$DS_BIN/ds-bench" --frobnicate
@@ -60,11 +63,12 @@ for r in d["rows"]:
 '
 }
 
-@test "ds-bench --membw -o csv: the header, then one probe and one barrier row per thread count" {
+@test "ds-bench --membw -o csv: the header, then one probe and two barrier rows per thread count" {
 	DS_ISA=scalar run "$DS_BIN/ds-bench" --membw -q -t 1,2 -o csv
 	[ "$status" -eq 0 ]
 	[ "${lines[0]}" = "op,type,n,k,t,threads,sec,gbs,gops,ratio,us,ghz" ]
-	[ "${#lines[@]}" -eq 5 ]
+	[ "${#lines[@]}" -eq 7 ]
 	[[ "${lines[1]}" == membw,read,*,1,* ]]
-	[[ "${lines[4]}" == barrier,run,*,2,* ]]
+	[[ "${lines[5]}" == barrier,run,*,2,* ]]
+	[[ "${lines[6]}" == barrier,sync,*,2,* ]]
 }
