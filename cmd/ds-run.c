@@ -570,6 +570,10 @@ static void cb_done(void *u, enum ds_finish why, const ds_req_stats *st)
 		text_tail(q);
 	out_final(q);
 	q->done = 1;
+	if (r->o->verbose)
+		warnx_("request %zu: %zu prompt tokens, %zu generated, %s",
+		       q->index + 1, st->prompt_tokens, st->completion_tokens,
+		       ds_finish_name(why));
 	if (r->o->chat) {
 		free(r->last_answer);
 		r->last_answer = strndup(q->text ? q->text : "", q->n_text);

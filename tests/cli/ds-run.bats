@@ -354,3 +354,95 @@ EOF
 	[ "$status" -eq 1 ]
 	[[ "$output" == *"CAP_SYS_NICE"* ]]
 }
+
+# ---- text (the model's tokenizer) ---------------------------------------------------
+
+need_tok() {
+	[ -e "$T/$1/tokenizer.bin" ] || skip "ds-convert wrote no tokenizer.bin"
+	[ -x "$DS_BIN/ds-tok" ] || skip "no ds-tok"
+}
+
+@test "text out is the tokenizer's decoding of the ids out" {
+	n=ds3
+	need_tok $n
+	prompts "$n" >"$T/in.ids"
+	"$DS_BIN"/ds-run -m "$T/$n" --ids -n 12 --temp 0.8 --seed 3 <"$T/in.ids" >"$T/o.ids"
+	"$DS_BIN"/ds-run -m "$T/$n" -n 12 --temp 0.8 --seed 3 --parallel 2 <"$T/in.ids" >"$T/o.txt"
+	# ids the tokenizer does not have (the fixture's vocabulary is padded)
+	# decode to nothing, as ds-run decodes them
+	V=$(/usr/bin/python3 -c 'import json,sys
+j = json.load(open(sys.argv[1]))
+print(1 + max(list(j["model"]["vocab"].values()) + [t["id"] for t in j.get("added_tokens", [])]))' "$G/$n/tokenizer.json")
+	while read -r line; do
+		ids=$(for t in $line; do if [ "$t" -lt "$V" ]; then printf '%s ' "$t"; fi; done)
+		echo "$ids" | "$DS_BIN"/ds-tok -m "$T/$n" -d     # a line each
+	done <"$T/o.ids" >"$T/want.txt"
+	cmp "$T/want.txt" "$T/o.txt"
+	# --jsonl's text is the same text
+	"$DS_BIN"/ds-run -m "$T/$n" --jsonl -n 12 --temp 0.8 --seed 3 <"$T/in.ids" >"$T/o.jsonl"
+	/usr/bin/python3 - "$T/o.jsonl" "$T/o.txt" <<'PY'
+import json, sys
+texts = [json.loads(l)["text"] for l in open(sys.argv[1], encoding="utf-8")]
+got = open(sys.argv[2], encoding="utf-8", errors="surrogateescape").read()
+assert got == "".join(t + "\n" for t in texts), (got, texts)
+PY
+}
+
+@test "-p and -f: the text encoded with the tokenizer's BOS" {
+	n=ds2-lite
+	need_tok $n
+	printf 'The quick brown fox' >"$T/p.txt"
+	"$DS_BIN"/ds-tok -m "$T/$n" <"$T/p.txt" >"$T/p.ids"
+	"$DS_BIN"/ds-run -m "$T/$n" --ids -n 6 --temp 0 <"$T/p.ids" >"$T/a"
+	"$DS_BIN"/ds-run -m "$T/$n" --ids -n 6 --temp 0 -p "The quick brown fox" >"$T/b"
+	"$DS_BIN"/ds-run -m "$T/$n" --ids -n 6 --temp 0 -f "$T/p.txt" >"$T/c"
+	cmp "$T/a" "$T/b"
+	cmp "$T/a" "$T/c"
+	run "$DS_BIN"/ds-run -m "$T/$n" --jsonl -n 1 -p "The quick brown fox"
+	[[ "$output" == *"\"prompt_tokens\": $(wc -w <"$T/p.ids")"* ]]
+}
+
+@test "--stop: the answer ends before the stop string" {
+	n=llama
+	need_tok $n
+	"$DS_BIN"/ds-run -m "$T/$n" --jsonl -n 40 --temp 0 -p "abc" >"$T/full"
+	stop=$(/usr/bin/python3 -c 'import json,sys
+t = json.load(open(sys.argv[1]))["text"]
+# a printable stretch from the middle of the answer
+for i in range(len(t) // 3, len(t) - 2):
+    s = t[i:i + 2]
+    if s.isprintable() and s.strip() == s and s:
+        print(s); break' "$T/full")
+	[ -n "$stop" ]
+	want=$(/usr/bin/python3 -c 'import json,sys
+t = json.load(open(sys.argv[1]))["text"]
+print(t[:t.index(sys.argv[2])])' "$T/full" "$stop")
+	run "$DS_BIN"/ds-run -m "$T/$n" -n 40 --temp 0 -p "abc" --stop "$stop" --stop "never-there"
+	[ "$status" -eq 0 ]
+	[ "$output" = "$want" ]
+	run "$DS_BIN"/ds-run -m "$T/$n" --jsonl -n 40 --temp 0 -p "abc" --stop "$stop"
+	[[ "$output" == *'"finish_reason": "stop"'* ]]
+}
+
+@test "--chat: each line a user turn in the template; on a terminal, one conversation" {
+	n=ds3
+	need_tok $n
+	# deepseek3: BOS, <｜User｜>message, <｜Assistant｜> (the tokenizer's
+	# special tokens, no other BOS)
+	printf '<｜begin▁of▁sentence｜><｜User｜>hi there<｜Assistant｜>' |
+		"$DS_BIN"/ds-tok -m "$T/$n" --no-bos >"$T/want.ids"
+	"$DS_BIN"/ds-run -m "$T/$n" --ids -n 5 --temp 0 <"$T/want.ids" >"$T/a"
+	printf 'hi there\nhi there\n' |
+		"$DS_BIN"/ds-run -m "$T/$n" --chat --chat-template deepseek3 --ids -n 5 --temp 0 >"$T/b"
+	[ "$(sed -n 1p "$T/b")" = "$(cat "$T/a")" ]
+	[ "$(sed -n 2p "$T/b")" = "$(cat "$T/a")" ]
+	# a terminal: the second turn carries the first
+	printf 'hi there\nand again\n' | script -qec \
+		"$DS_BIN/ds-run -m $T/$n --chat -n 5 --temp 0 --verbose" /dev/null >"$T/tty"
+	grep -q "request 1: $(wc -w <"$T/want.ids") prompt tokens" "$T/tty"
+	p2=$(sed -n 's/.*request 2: \([0-9]*\) prompt tokens.*/\1/p' "$T/tty")
+	[ "$p2" -gt "$(( $(wc -w <"$T/want.ids") + 5 ))" ]
+	run "$DS_BIN"/ds-run -m "$T/$n" --chat --chat-template nonesuch -n 1 <<<"x"
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"nonesuch"* ]]
+}
