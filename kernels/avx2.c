@@ -107,25 +107,32 @@ AI void bf16_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x,
 	size_t c;
 	int t, h;
 
+	#pragma GCC unroll 8
 	for (t = 0; t < TT; t++)
+		#pragma GCC unroll 8
 		for (h = 0; h < 2; h++)
 			ae[t][h] = ao[t][h] = _mm256_setzero_ps();
 	for (c = 0; c < w->kp / 2; c++) {
 		__m256i xe[QTT_MAX];
 
+		#pragma GCC unroll 8
 		for (t = 0; t < TT; t++)
 			xe[t] = q_bcast32(x->b + (t0 + t) * x->ldq + 2 * c);
+		#pragma GCC unroll 8
 		for (h = 0; h < 2; h++) {
 			__m256i wv = _mm256_loadu_si256((const void *)(rs + 64 * c + 32 * h));
 			__m256 we = bf_even(wv), wo = bf_odd(wv);
 
+			#pragma GCC unroll 8
 			for (t = 0; t < TT; t++) {
 				ae[t][h] = _mm256_fmadd_ps(we, bf_even(xe[t]), ae[t][h]);
 				ao[t][h] = _mm256_fmadd_ps(wo, bf_odd(xe[t]), ao[t][h]);
 			}
 		}
 	}
+	#pragma GCC unroll 8
 	for (t = 0; t < TT; t++)
+		#pragma GCC unroll 8
 		for (h = 0; h < 2; h++)
 			_mm256_maskstore_ps(y + (t0 + t) * ldy + 8 * h, rm[h],
 					    _mm256_add_ps(ae[t][h], ao[t][h]));
@@ -176,22 +183,29 @@ AI void rm_tile(const ds_mat *w, const ds_act *x, size_t n0, size_t t0,
 	size_t i;
 	int r, t;
 
+	#pragma GCC unroll 8
 	for (r = 0; r < R; r++)
+		#pragma GCC unroll 8
 		for (t = 0; t < TT; t++)
 			acc[r][t] = _mm256_setzero_ps();
 	for (i = 0; i < k8; i += 8) {
 		__m256 xv[2];
 
+		#pragma GCC unroll 8
 		for (t = 0; t < TT; t++)
 			xv[t] = _mm256_loadu_ps(x->f + (t0 + t) * x->ldf + i);
+		#pragma GCC unroll 8
 		for (r = 0; r < R; r++) {
 			__m256 wv = load_w8(w->data + (n0 + r) * k * es, f16, i);
 
+			#pragma GCC unroll 8
 			for (t = 0; t < TT; t++)
 				acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
 		}
 	}
+	#pragma GCC unroll 8
 	for (r = 0; r < R; r++)
+		#pragma GCC unroll 8
 		for (t = 0; t < TT; t++) {
 			const float *xr = x->f + (t0 + t) * x->ldf;
 			float s = hsum(acc[r][t]);
@@ -251,6 +265,7 @@ AI void act_block(const float *x, size_t i0, size_t k, const int32_t *perm,
 	int j;
 
 	if (perm == NULL && i0 + 32 <= k) {
+		#pragma GCC unroll 8
 		for (j = 0; j < 4; j++) {
 			v[j] = _mm256_mul_ps(_mm256_loadu_ps(x + i0 + 8 * j), _mm256_set1_ps(nscale));
 			if (nw)
@@ -264,6 +279,7 @@ AI void act_block(const float *x, size_t i0, size_t k, const int32_t *perm,
 
 		tmp[i] = nw && i0 + i < k ? f * nw[p] : f;
 	}
+	#pragma GCC unroll 8
 	for (j = 0; j < 4; j++)
 		v[j] = _mm256_loadu_ps(tmp + 8 * j);
 }
@@ -288,6 +304,7 @@ static void quant_row(const float *x, size_t k, size_t kp,
 				  _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
 		amax = hmax(m);
 		id = amax > 0 ? 127.0f / amax : 0.0f;
+		#pragma GCC unroll 8
 		for (j = 0; j < 4; j++)
 			qi[j] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(
 				_mm256_mul_ps(v[j], _mm256_set1_ps(id)), nlim), lim));
@@ -513,6 +530,58 @@ static void scale_row(float *o, size_t n, float c)
 
 #include "attn_online.h"
 
+/* ---- probes ------------------------------------------------------------------- */
+
+static uint64_t read_probe(const uint8_t *p, size_t n)
+{
+	__m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
+	size_t i;
+
+	for (i = 0; i < n; i += 128) {
+		a = _mm256_add_epi64(a, _mm256_load_si256((const void *)(p + i)));
+		b = _mm256_add_epi64(b, _mm256_load_si256((const void *)(p + i + 32)));
+		c = _mm256_add_epi64(c, _mm256_load_si256((const void *)(p + i + 64)));
+		d = _mm256_add_epi64(d, _mm256_load_si256((const void *)(p + i + 96)));
+	}
+	a = _mm256_add_epi64(_mm256_add_epi64(a, b), _mm256_add_epi64(c, d));
+	return (uint64_t)_mm256_extract_epi64(a, 0) ^ (uint64_t)_mm256_extract_epi64(a, 3);
+}
+
+/* PEAK_ACC independent accumulators in named registers (an array would
+ * be kept in memory) hide each instruction's latency.  int8 as the q4
+ * kernel does it (vpmaddubsw + vpmaddwd + vpaddd: 32 products per three
+ * instructions); bf16 is widened to fp32 FMA. */
+#define PEAK_ACC 10
+#define KEEP(v) __asm__ volatile("" : "+x"(v))
+#define STEP(A) A = OP(A); KEEP(A)
+#define PEAK_LOOP(T, init)                                                  \
+	do {                                                                \
+		T a0 = init, a1 = init, a2 = init, a3 = init, a4 = init;     \
+		T a5 = init, a6 = init, a7 = init, a8 = init, a9 = init;     \
+		for (i = 0; i < iters; i++) {                               \
+			STEP(a0); STEP(a1); STEP(a2); STEP(a3); STEP(a4);    \
+			STEP(a5); STEP(a6); STEP(a7); STEP(a8); STEP(a9);    \
+		}                                                           \
+	} while (0)
+
+static uint64_t peak_probe(int kind, uint64_t iters)
+{
+	__m256i w = _mm256_set1_epi8(3), x = _mm256_set1_epi8(5);
+	__m256 fw = _mm256_set1_ps(1.0f), fx = _mm256_set1_ps(1e-9f);
+	uint64_t i;
+
+	if (kind == DS_PEAK_INT8) {
+#define OP(A) QDOT(A, w, x)
+		PEAK_LOOP(__m256i, _mm256_set1_epi32(1));
+#undef OP
+		return iters * PEAK_ACC * 32;
+	}
+#define OP(A) _mm256_fmadd_ps(A, fw, fx)
+	PEAK_LOOP(__m256, _mm256_set1_ps(1.0f));
+#undef OP
+	return iters * PEAK_ACC * 8;
+}
+
 void ds_kernels_fill_avx2(ds_kernels *k)
 {
 	k->name = "avx2";
@@ -532,4 +601,6 @@ void ds_kernels_fill_avx2(ds_kernels *k)
 	k->axpy = axpy;
 	k->rope = rope;
 	k->attn = attn;
+	k->read_probe = read_probe;
+	k->peak_probe = peak_probe;
 }

@@ -18,6 +18,9 @@
 
 #define AI static inline __attribute__((always_inline))
 #define TT_MAX 6   /* activation rows per tile (register budget) */
+#ifndef PF_AHEAD
+#define PF_AHEAD 2048
+#endif
 
 AI __m512i bcast32(const void *p)
 {
@@ -83,6 +86,7 @@ AI void q4_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x,
 	size_t g, k;
 	int t, c;
 
+	#pragma GCC unroll 8
 	for (t = 0; t < TT; t++) {
 		xq[t] = x->q + (t0 + t) * x->ldq;
 		xd[t] = x->qd + (t0 + t) * nb;
@@ -96,6 +100,7 @@ AI void q4_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x,
 		__m512 A[TT_MAX];
 		float S[TT_MAX];
 
+		#pragma GCC unroll 8
 		for (t = 0; t < TT; t++) {
 			A[t] = _mm512_setzero_ps();
 			S[t] = 0;
@@ -104,13 +109,16 @@ AI void q4_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x,
 			const uint8_t *wp = rs + 8 * k;
 			__m512i lo[TT_MAX], hi[TT_MAX];
 
+			#pragma GCC unroll 8
 			for (t = 0; t < TT; t++)
 				lo[t] = hi[t] = _mm512_setzero_si512();
+			#pragma GCC unroll 8
 			for (c = 0; c < 4; c++) {
 				__m512i wv = _mm512_loadu_si512(wp + 64 * c);
 				__m512i wl = _mm512_and_si512(wv, m4);
 				__m512i wh = _mm512_and_si512(_mm512_srli_epi16(wv, 4), m4);
 
+				#pragma GCC unroll 8
 				for (t = 0; t < TT; t++) {
 					lo[t] = _mm512_dpbusd_epi32(lo[t], wl,
 						bcast32(xq[t] + k + 8 * c));
@@ -118,6 +126,7 @@ AI void q4_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x,
 						bcast32(xq[t] + k + 8 * c + 4));
 				}
 			}
+			#pragma GCC unroll 8
 			for (t = 0; t < TT; t++) {
 				__m512 dot = _mm512_cvtepi32_ps(_mm512_add_epi32(lo[t], hi[t]));
 
@@ -125,10 +134,12 @@ AI void q4_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x,
 				S[t] += xs[t][k / DS_QBLOCK];
 			}
 		}
+		#pragma GCC unroll 8
 		for (t = 0; t < TT; t++)
 			acc[t] = _mm512_fmadd_ps(s, _mm512_fnmadd_ps(z, _mm512_set1_ps(S[t]), A[t]),
 						 acc[t]);
 	}
+	#pragma GCC unroll 8
 	for (t = 0; t < TT; t++)
 		_mm512_mask_storeu_ps(y + (t0 + t) * ldy, m, acc[t]);
 }
@@ -154,7 +165,15 @@ static void q4_vec(const ds_mat *w, const uint8_t *rs, const ds_act *x,
 		for (k = g * G; k < (g + 1) * G; k += DS_QBLOCK) {
 			const uint8_t *wp = rs + 8 * k;
 			const int8_t *xq = x->q + k;
-			__m512i w0 = _mm512_loadu_si512(wp), w1 = _mm512_loadu_si512(wp + 64);
+			__m512i w0, w1;
+
+			/* decode streams from memory: keep PF_AHEAD bytes in flight */
+			_mm_prefetch((const char *)wp + PF_AHEAD, _MM_HINT_T0);
+			_mm_prefetch((const char *)wp + PF_AHEAD + 64, _MM_HINT_T0);
+			_mm_prefetch((const char *)wp + PF_AHEAD + 128, _MM_HINT_T0);
+			_mm_prefetch((const char *)wp + PF_AHEAD + 192, _MM_HINT_T0);
+			w0 = _mm512_loadu_si512(wp);
+			w1 = _mm512_loadu_si512(wp + 64);
 			__m512i w2 = _mm512_loadu_si512(wp + 128), w3 = _mm512_loadu_si512(wp + 192);
 			__m512i a0, a1, a2, a3;
 
@@ -216,6 +235,7 @@ AI void q8_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x,
 	size_t g, k;
 	int t, c;
 
+	#pragma GCC unroll 8
 	for (t = 0; t < TT; t++) {
 		xq[t] = x->q + (t0 + t) * x->ldq;
 		xd[t] = x->qd + (t0 + t) * nb;
@@ -227,6 +247,7 @@ AI void q8_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x,
 		__m512 A[TT_MAX];
 		float S[TT_MAX];
 
+		#pragma GCC unroll 8
 		for (t = 0; t < TT; t++) {
 			A[t] = _mm512_setzero_ps();
 			S[t] = 0;
@@ -235,17 +256,21 @@ AI void q8_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x,
 			const uint8_t *wp = rs + 16 * k;
 			__m512i e[TT_MAX], o[TT_MAX];
 
+			#pragma GCC unroll 8
 			for (t = 0; t < TT; t++)
 				e[t] = o[t] = _mm512_setzero_si512();
+			#pragma GCC unroll 8
 			for (c = 0; c < 8; c += 2) {
 				__m512i w0 = _mm512_loadu_si512(wp + 64 * c);
 				__m512i w1 = _mm512_loadu_si512(wp + 64 * c + 64);
 
+				#pragma GCC unroll 8
 				for (t = 0; t < TT; t++) {
 					e[t] = _mm512_dpbusd_epi32(e[t], w0, bcast32(xq[t] + k + 4 * c));
 					o[t] = _mm512_dpbusd_epi32(o[t], w1, bcast32(xq[t] + k + 4 * c + 4));
 				}
 			}
+			#pragma GCC unroll 8
 			for (t = 0; t < TT; t++) {
 				__m512 dot = _mm512_cvtepi32_ps(_mm512_add_epi32(e[t], o[t]));
 
@@ -253,10 +278,12 @@ AI void q8_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x,
 				S[t] += xs[t][k / DS_QBLOCK];
 			}
 		}
+		#pragma GCC unroll 8
 		for (t = 0; t < TT; t++)
 			acc[t] = _mm512_fmadd_ps(s, _mm512_sub_ps(A[t], _mm512_set1_ps(128.0f * S[t])),
 						 acc[t]);
 	}
+	#pragma GCC unroll 8
 	for (t = 0; t < TT; t++)
 		_mm512_mask_storeu_ps(y + (t0 + t) * ldy, m, acc[t]);
 }
@@ -280,9 +307,11 @@ static void q8_vec(const ds_mat *w, const uint8_t *rs, const ds_act *x,
 			const int8_t *xq = x->q + k;
 			__m512i a[4];
 
+			#pragma GCC unroll 8
 			for (c = 0; c < 4; c++)
 				a[c] = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
 					_mm512_loadu_si512(wp + 64 * c), bcast32(xq + 4 * c));
+			#pragma GCC unroll 8
 			for (c = 0; c < 4; c++)
 				a[c] = _mm512_dpbusd_epi32(a[c], _mm512_loadu_si512(wp + 256 + 64 * c),
 							   bcast32(xq + 16 + 4 * c));
@@ -334,6 +363,7 @@ AI void bf16_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x,
 	size_t c;
 	int t;
 
+	#pragma GCC unroll 8
 	for (t = 0; t < TT; t++) {
 		xb[t] = x->b + (t0 + t) * x->ldq;
 		a0[t] = a1[t] = _mm512_setzero_ps();
@@ -342,11 +372,13 @@ AI void bf16_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x,
 		__m512i w0 = _mm512_loadu_si512(rs + 64 * c);
 		__m512i w1 = _mm512_loadu_si512(rs + 64 * c + 64);
 
+		#pragma GCC unroll 8
 		for (t = 0; t < TT; t++) {
 			a0[t] = dpbf16(a0[t], w0, bcast32(xb[t] + 2 * c));
 			a1[t] = dpbf16(a1[t], w1, bcast32(xb[t] + 2 * c + 2));
 		}
 	}
+	#pragma GCC unroll 8
 	for (t = 0; t < TT; t++)
 		_mm512_mask_storeu_ps(y + (t0 + t) * ldy, m, _mm512_add_ps(a0[t], a1[t]));
 }
@@ -388,27 +420,35 @@ AI void rm_tile(const ds_mat *w, const ds_act *x, size_t n0, size_t t0,
 	size_t i;
 	int r, t;
 
+	#pragma GCC unroll 8
 	for (r = 0; r < R; r++) {
 		wr[r] = w->data + (n0 + r) * k * es;
+		#pragma GCC unroll 8
 		for (t = 0; t < TT; t++)
 			acc[r][t] = _mm512_setzero_ps();
 	}
+	#pragma GCC unroll 8
 	for (t = 0; t < TT; t++)
 		xr[t] = x->f + (t0 + t) * x->ldf;
 	for (i = 0; i < k; i += 16) {
 		__mmask16 m = k - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (k - i)) - 1);
 		__m512 xv[4];
 
+		#pragma GCC unroll 8
 		for (t = 0; t < TT; t++)
 			xv[t] = _mm512_maskz_loadu_ps(m, xr[t] + i);
+		#pragma GCC unroll 8
 		for (r = 0; r < R; r++) {
 			__m512 wv = load_w(wr[r], f16, i, m);
 
+			#pragma GCC unroll 8
 			for (t = 0; t < TT; t++)
 				acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
 		}
 	}
+	#pragma GCC unroll 8
 	for (r = 0; r < R; r++)
+		#pragma GCC unroll 8
 		for (t = 0; t < TT; t++)
 			y[(t0 + t) * ldy + n0 + r] = _mm512_reduce_add_ps(acc[r][t]);
 }
@@ -434,6 +474,7 @@ AI void mm_rowmajor(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
 				size_t u;
 
 				/* edges: one row by one x row at a time */
+				#pragma GCC unroll 8
 				for (r = 0; r < R; r++)
 					for (u = 0; u < nt; u++)
 						rm_tile(w, x, n + r, t + u, y, ldy, f16, 1, 1);
@@ -755,6 +796,62 @@ static float exp_sub_sum(float *s, size_t n, float m)
 
 #include "attn_online.h"
 
+/* ---- probes ------------------------------------------------------------------- */
+
+static uint64_t read_probe(const uint8_t *p, size_t n)
+{
+	__m512i a = _mm512_setzero_si512(), b = a, c = a, d = a;
+	size_t i;
+
+	for (i = 0; i < n; i += 256) {
+		a = _mm512_add_epi64(a, _mm512_load_si512(p + i));
+		b = _mm512_add_epi64(b, _mm512_load_si512(p + i + 64));
+		c = _mm512_add_epi64(c, _mm512_load_si512(p + i + 128));
+		d = _mm512_add_epi64(d, _mm512_load_si512(p + i + 192));
+	}
+	return (uint64_t)_mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_add_epi64(a, b),
+								  _mm512_add_epi64(c, d)));
+}
+
+/* PEAK_ACC independent accumulators in named registers (an array would
+ * be kept in memory) hide each instruction's latency. */
+#define PEAK_ACC 10
+#define KEEP(v) __asm__ volatile("" : "+v"(v))
+#define STEP(A) A = OP(A); KEEP(A)
+#define PEAK_LOOP(T, init)                                                  \
+	do {                                                                \
+		T a0 = init, a1 = init, a2 = init, a3 = init, a4 = init;     \
+		T a5 = init, a6 = init, a7 = init, a8 = init, a9 = init;     \
+		for (i = 0; i < iters; i++) {                               \
+			STEP(a0); STEP(a1); STEP(a2); STEP(a3); STEP(a4);    \
+			STEP(a5); STEP(a6); STEP(a7); STEP(a8); STEP(a9);    \
+		}                                                           \
+	} while (0)
+
+static uint64_t peak_probe(int kind, uint64_t iters)
+{
+	__m512i w = _mm512_set1_epi8(3), x = _mm512_set1_epi8(5);
+	__m512 fw = _mm512_set1_ps(1.0f), fx = _mm512_set1_ps(1e-9f);
+	uint64_t i;
+
+	if (kind == DS_PEAK_INT8) {
+#define OP(A) _mm512_dpbusd_epi32(A, w, x)
+		PEAK_LOOP(__m512i, _mm512_set1_epi32(1));
+#undef OP
+		return iters * PEAK_ACC * 64;
+	}
+	if (kind == DS_PEAK_BF16) {
+#define OP(A) _mm512_dpbf16_ps(A, (__m512bh)w, (__m512bh)x)
+		PEAK_LOOP(__m512, _mm512_set1_ps(1.0f));
+#undef OP
+		return iters * PEAK_ACC * 32;
+	}
+#define OP(A) _mm512_fmadd_ps(A, fw, fx)
+	PEAK_LOOP(__m512, _mm512_set1_ps(1.0f));
+#undef OP
+	return iters * PEAK_ACC * 16;
+}
+
 void ds_kernels_fill_avx512(ds_kernels *k)
 {
 	k->name = "avx512";
@@ -774,4 +871,6 @@ void ds_kernels_fill_avx512(ds_kernels *k)
 	k->axpy = axpy;
 	k->rope = rope;
 	k->attn = attn;
+	k->read_probe = read_probe;
+	k->peak_probe = peak_probe;
 }

@@ -185,7 +185,21 @@ typedef struct ds_kernels {
 	/* scratch: DS_ATTN_SCRATCH(j->g, j->k.dim, j->v.dim) floats, 64-byte
 	 * aligned */
 	void (*attn)(const ds_attn_job *j, float *scratch);
+
+	/* ---- measurement probes (ds-bench) ---- */
+	/* Read n bytes (a multiple of 256) with the widest loads; the result
+	 * only keeps the loads from being optimized away. */
+	uint64_t (*read_probe)(const uint8_t *p, size_t n);
+	/* `iters` rounds of independent dot-product instructions of one
+	 * kind (DS_PEAK_*); returns the multiply-adds done. */
+	uint64_t (*peak_probe)(int kind, uint64_t iters);
 } ds_kernels;
+
+enum {
+	DS_PEAK_INT8,   /* u8 x s8 (vpdpbusd; vpmaddubsw + vpmaddwd on AVX2) */
+	DS_PEAK_BF16,   /* bf16 pairs (vdpbf16ps; FMA on bf16 widened to fp32) */
+	DS_PEAK_FP32,   /* fp32 FMA */
+};
 
 /* Choose the table (once; later calls return the first outcome): DS_ISA
  * if set, else the best the CPU has.  -1 if DS_ISA names an unknown ISA

@@ -358,6 +358,41 @@ static void attn(const ds_attn_job *a, float *scratch)
 	}
 }
 
+/* ---- probes ------------------------------------------------------------------- */
+
+static uint64_t read_probe(const uint8_t *p, size_t n)
+{
+	uint64_t a = 0, b = 0, c = 0, d = 0, v[4];
+	size_t i;
+
+	for (i = 0; i < n; i += 32) {
+		memcpy(v, p + i, 32);
+		a += v[0];
+		b += v[1];
+		c += v[2];
+		d += v[3];
+	}
+	return a ^ b ^ c ^ d;
+}
+
+static uint64_t peak_probe(int kind, uint64_t iters)
+{
+	float f[8] = { 0 };
+	int32_t s[8] = { 0 };
+	uint64_t i;
+	int j;
+
+	for (i = 0; i < iters; i++)
+		for (j = 0; j < 8; j++) {
+			if (kind == DS_PEAK_INT8)
+				s[j] += (int32_t)(i & 7) * j;
+			else
+				f[j] += (float)j * 1.0001f;
+		}
+	__asm__ volatile("" : : "r"(f), "r"(s) : "memory");
+	return iters * 8;
+}
+
 void ds_kernels_fill_scalar(ds_kernels *k)
 {
 	k->name = "scalar";
@@ -380,4 +415,6 @@ void ds_kernels_fill_scalar(ds_kernels *k)
 	k->dequant_row = dequant_row;
 	k->kv_store = kv_store;
 	k->attn = attn;
+	k->read_probe = read_probe;
+	k->peak_probe = peak_probe;
 }

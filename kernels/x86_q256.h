@@ -48,12 +48,14 @@ AI void q_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
 	size_t g, k;
 	int t, c, h;
 
+	#pragma GCC unroll 8
 	for (t = 0; t < TT; t++)
 		acc[t][0] = acc[t][1] = _mm256_setzero_ps();
 	for (g = 0; g < ng; g++) {
 		__m256 A[QTT_MAX][2];
 		float S[QTT_MAX];
 
+		#pragma GCC unroll 8
 		for (t = 0; t < TT; t++) {
 			A[t][0] = A[t][1] = _mm256_setzero_ps();
 			S[t] = 0;
@@ -61,14 +63,17 @@ AI void q_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
 		for (k = g * G; k < (g + 1) * G; k += DS_QBLOCK) {
 			__m256i d[QTT_MAX][2];
 
+			#pragma GCC unroll 8
 			for (t = 0; t < TT; t++)
 				d[t][0] = d[t][1] = _mm256_setzero_si256();
-			for (c = 0; c < (is4 ? 4 : 8); c++) {
+						for (c = 0; c < (is4 ? 4 : 8); c++) {
 				const uint8_t *wp = rs + (is4 ? 8 : 16) * k + 64 * c;
 
+				#pragma GCC unroll 8
 				for (h = 0; h < 2; h++) {
 					__m256i wv = _mm256_loadu_si256((const void *)(wp + 32 * h));
 
+					#pragma GCC unroll 8
 					for (t = 0; t < TT; t++) {
 						const int8_t *xq = x->q + (t0 + t) * x->ldq + k;
 
@@ -84,25 +89,31 @@ AI void q_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
 					}
 				}
 			}
+			#pragma GCC unroll 8
 			for (t = 0; t < TT; t++) {
 				size_t b = (t0 + t) * nb + k / DS_QBLOCK;
 				__m256 db = _mm256_set1_ps(x->qd[b]);
 
+				#pragma GCC unroll 8
 				for (h = 0; h < 2; h++)
 					A[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d[t][h]), db, A[t][h]);
 				S[t] += x->qs[b];
 			}
 		}
+		#pragma GCC unroll 8
 		for (h = 0; h < 2; h++) {
 			__m256 s = _mm256_cvtph_ps(_mm_loadu_si128((const void *)(sc + 32 * g + 16 * h)));
 			__m256 z = is4 ? q_zero8(zp + 16 * g + 8 * h) : _mm256_set1_ps(Q8_BIAS);
 
+			#pragma GCC unroll 8
 			for (t = 0; t < TT; t++)
 				acc[t][h] = _mm256_fmadd_ps(s, _mm256_fnmadd_ps(z, _mm256_set1_ps(S[t]),
 										A[t][h]), acc[t][h]);
 		}
 	}
+	#pragma GCC unroll 8
 	for (t = 0; t < TT; t++)
+		#pragma GCC unroll 8
 		for (h = 0; h < 2; h++)
 			_mm256_maskstore_ps(y + (t0 + t) * ldy + 8 * h, rm[h], acc[t][h]);
 }

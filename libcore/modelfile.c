@@ -421,6 +421,16 @@ int ds_mwriter_commit(ds_mwriter *w, json_t *meta, ds_err *err)
 	w->fd = -1;
 	if (write_meta(w, meta, err))
 		return -1;
+	{
+		/* mkdtemp made it 0700; a model directory is as public as
+		 * any new directory */
+		mode_t mask = umask(0);
+
+		umask(mask);
+		if (fchmod(w->tmp.fd, 0777 & ~mask) != 0)
+			return ds_errf(err, "%s: chmod: %s", w->tmp.path,
+				       strerror(errno));
+	}
 	if (fsync(w->tmp.fd) != 0)
 		return ds_errf(err, "%s: fsync: %s", w->tmp.path, strerror(errno));
 	if (move_into_place(w, err))

@@ -9,4 +9,5 @@ mkdir -p bench
 	echo
 	echo "$(date -u '+%Y-%m-%d %H:%M UTC') on $(uname -n), $(nproc) CPUs"
 } > bench/report.md
+scripts/bench-convert.sh "$bin"
 echo "bench: wrote bench/report.md"

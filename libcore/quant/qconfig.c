@@ -401,11 +401,11 @@ int ds_quant_repack(const ds_qconfig *q, const ds_qlinear *l, ds_ttype rt,
 		rc = ds_awq_repack(dst, l->qweight->data, l->qzeros->data,
 				   l->scales->data, l->n, l->k, gsrc, rt.group,
 				   threads);
-		if (stats)
-			stats->groups += l->n * (ds_kpad(rt, l->k) / rt.group);
+		stats->groups += l->n * (ds_kpad(rt, l->k) / rt.group);
 	} else {
 		if (gptq_perm(q, l, perm, &needs, err))
 			return -1;
+		DS_ASSERT(!needs || perm != NULL);
 		rc = ds_gptq_repack(dst, l->qweight->data, l->qzeros->data,
 				    l->scales->data, needs ? perm : NULL, l->n,
 				    l->k, gsrc, rt.group, q->bits, q->v2, threads,

@@ -1,0 +1,71 @@
+/*
+ * kbench.h - kernel and memory benchmarks behind `ds-bench --kernels`
+ * and `ds-bench --membw`.
+ *
+ * Every figure is the best of several timed repetitions (as STREAM
+ * reports), and every ratio compares two figures measured in the same
+ * process, one after the other: matrix-vector rates against a read
+ * probe over the same amount of memory, matrix-matrix rates against the
+ * ISA's peak measured by a dot-product probe.
+ *
+ *   read probe   each thread sums its share of a buffer larger than the
+ *                last-level cache with the widest vector loads
+ *   matvec       one activation row against weights streamed from memory:
+ *                enough copies of the matrix to fill the same buffer size
+ *                are used in turn, so no copy is in cache when it is read
+ *   matmul       T activation rows (including their quantization) in
+ *                GOP/s = 2 n k T / time
+ *   peak         clock (a chain of dependent adds, one per cycle) times
+ *                the dot-product instructions retired per cycle by
+ *                independent accumulators (vpdpbusd: 64 int8 multiply-adds
+ *                per instruction), times the threads
+ *   barrier      an empty ds_pool_run: the caller's round trip through
+ *                all threads
+ */
+#ifndef DS_KBENCH_H
+#define DS_KBENCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util.h"
+
+typedef struct ds_kbench_row {
+	const char *op;       /* "membw" "barrier" "peak" "matvec" "matmul" */
+	char type[16];        /* weight type ("q4g128"), peak kind ("int8") */
+	uint64_t n, k, t;     /* shape: W [n, k], t activation rows */
+	int threads;
+	double sec;           /* best time of one operation */
+	double gbs;           /* bytes read per second / 1e9 */
+	double gops;          /* operations per second / 1e9 (2 per multiply-add) */
+	double ratio;         /* matvec: gbs / read probe (same threads);
+				 matmul: gops / peak of its kind (int8 for
+				 q4/q8, bf16, fp32 for f16/f32);
+				 peak: operations per cycle per thread */
+	double us;            /* barrier: round trip in microseconds */
+	double ghz;           /* peak: the measured clock */
+} ds_kbench_row;
+
+typedef void ds_kbench_emit(void *arg, const ds_kbench_row *r);
+
+typedef struct ds_kbench_opts {
+	const int *threads;   /* thread counts to run, e.g. { 1, 2 } */
+	int nthreads;
+	size_t ws_bytes;      /* streamed working set (0: 512 MiB) */
+	double min_sec;       /* time per measurement (0: 0.25 s) */
+	int quick;            /* fewer shapes and types (for tests) */
+	const char *cpus;     /* CPU list to pin to, or NULL */
+} ds_kbench_opts;
+
+/* Measured clock in GHz (dependent integer adds, one per cycle). */
+double ds_kbench_clock_ghz(void);
+
+/* The read probe and the barrier for each thread count. */
+int ds_kbench_membw(const ds_kbench_opts *o, ds_kbench_emit *emit, void *arg,
+		    ds_err *err);
+/* Peaks, read probes, barriers, then for each weight type matvec on
+ * 4096x4096 and 4096x11008 and matmul at T = 8, 64, 512 on 4096x4096. */
+int ds_kbench_kernels(const ds_kbench_opts *o, ds_kbench_emit *emit,
+		      void *arg, ds_err *err);
+
+#endif
