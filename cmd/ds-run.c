@@ -789,7 +789,7 @@ static int read_requests(run *r, ds_err *err)
 			rc = -1;
 		else if ((q = rq_add(r, ids, n)) == NULL)
 			rc = ds_errf(err, "out of memory");
-		else
+		else if (!r->o->perplexity)   /* there, all lines are one text */
 			rc = fit_prompt(r, q, line, err);
 	}
 	if (rc == 0 && ferror(stdin))
