@@ -7,7 +7,6 @@
 #include <stdarg.h>
 #include <getopt.h>
 #include <math.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +19,7 @@
 #include "modelfile.h"
 #include "sampler.h"
 #include "scheduler.h"
+#include "sysinfo/sysinfo.h"
 #include "threads.h"
 #include "tokenizer/tokenizer.h"
 #include "util.h"
@@ -973,21 +973,6 @@ static double rss_mib(void)
 	return (double)resident * (double)sysconf(_SC_PAGESIZE) / (1 << 20);
 }
 
-static int sched_fifo(long prio, ds_err *err)
-{
-	struct sched_param sp;
-
-	memset(&sp, 0, sizeof sp);
-	sp.sched_priority = (int)prio;
-	if (sched_setscheduler(0, SCHED_FIFO, &sp) == 0)
-		return 0;
-	if (errno == EPERM)
-		return ds_errf(err, "--sched-fifo %ld: not permitted: SCHED_FIFO "
-			       "needs CAP_SYS_NICE (root, or setcap "
-			       "cap_sys_nice+ep on ds-run)", prio);
-	return ds_errf(err, "--sched-fifo %ld: %s", prio, strerror(errno));
-}
-
 /* Does this run need the tokenizer (1), use it if present (0)? */
 static int tok_needed(const opts *o)
 {
@@ -1120,8 +1105,14 @@ static int setup(run *r, ds_err *err)
 	ds_pool_opts po = { (int)o->threads, o->cpus, 0 };
 	ds_fwd_opts fo = { 0 };
 
-	if (o->sched_fifo && sched_fifo(o->sched_fifo, err))
-		return -1;
+	ds_cpuset cpus;
+
+	/* the tune library's checks: CPUs this process may use; SCHED_FIFO
+	 * before the pool, whose threads inherit it */
+	if (o->cpus && ds_cpus_arg(o->cpus, &cpus, err))
+		return ds_err_prefix(err, "--cpus");
+	if (o->sched_fifo && ds_sched_fifo((int)o->sched_fifo, err))
+		return ds_err_prefix(err, "--sched-fifo");
 	if (ds_pool_init(&r->pool, &po, err) || load_model(r, err) ||
 	    load_tokenizer(r, err))
 		return -1;

@@ -389,6 +389,9 @@ EOF
 	"$DS_BIN"/ds-run -m "$M/llama" --ids -n 0 --logits-out "$T/a.f32" <"$M/llama.ids"
 	"$DS_BIN"/ds-run -m "$M/llama" --ids -n 0 --logits-out "$T/b.f32" --cpus 0 --threads 1 <"$M/llama.ids"
 	cmp "$T/a.f32" "$T/b.f32"
+	run "$DS_BIN"/ds-run -m "$M/llama" --ids -n 1 --cpus 4095 <<<"1 2"
+	[ "$status" -eq 1 ]
+	[[ "$output" == "ds-run: --cpus: "*"4095"* ]]
 	if [ "$(id -u)" -eq 0 ]; then
 		skip "running as root: SCHED_FIFO would be granted"
 	fi
