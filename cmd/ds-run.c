@@ -306,7 +306,8 @@ typedef struct run {
 	int failed;                /* an output error */
 	int bad;                   /* another error, already reported */
 	double t0;
-	size_t tot_prompt, tot_gen;
+	size_t tot_prompt, tot_gen, n_dec;
+	double t_pre, t_dec;          /* summed over the requests */
 	double t_first, t_last;
 } run;
 
@@ -580,6 +581,11 @@ static void cb_done(void *u, enum ds_finish why, const ds_req_stats *st)
 	}
 	r->tot_prompt += st->prompt_tokens;
 	r->tot_gen += st->completion_tokens;
+	if (st->prompt_tokens) {
+		r->t_pre += st->t_prompt - st->t_start;
+		r->t_dec += st->t_end - st->t_prompt;
+		r->n_dec += st->completion_tokens ? st->completion_tokens - 1 : 0;
+	}
 	if (r->t_first == 0 || st->t_start < r->t_first)
 		r->t_first = st->t_start;
 	r->t_last = st->t_end;
@@ -1188,9 +1194,13 @@ static void verbose_end(const run *r)
 {
 	double t = r->t_last - r->t_first;
 
-	warnx_("%zu prompt tokens, %zu generated, %.3f s (%.2f tokens/s "
-	       "generated)", r->tot_prompt, r->tot_gen, t,
-	       t > 0 ? r->tot_gen / t : 0);
+	/* prompt: tokens / time to the first sampled token; decode: the
+	 * tokens sampled after the first / the time after it (summed over
+	 * the requests, so with --parallel each is its own request's rate) */
+	warnx_("%zu prompt tokens in %.3f s (%.1f tokens/s), %zu generated in "
+	       "%.3f s (%.2f tokens/s decoding), %.3f s in all", r->tot_prompt,
+	       r->t_pre, r->t_pre > 0 ? r->tot_prompt / r->t_pre : 0, r->tot_gen,
+	       r->t_dec, r->t_dec > 0 ? r->n_dec / r->t_dec : 0, t);
 	warnx_("RSS %.1f MiB", rss_mib());
 }
 
