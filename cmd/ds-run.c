@@ -7,7 +7,6 @@
 #include <stdarg.h>
 #include <getopt.h>
 #include <math.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +19,7 @@
 #include "modelfile.h"
 #include "sampler.h"
 #include "scheduler.h"
+#include "sysinfo/sysinfo.h"
 #include "threads.h"
 #include "tokenizer/tokenizer.h"
 #include "util.h"
@@ -306,7 +306,8 @@ typedef struct run {
 	int failed;                /* an output error */
 	int bad;                   /* another error, already reported */
 	double t0;
-	size_t tot_prompt, tot_gen;
+	size_t tot_prompt, tot_gen, n_dec;
+	double t_pre, t_dec;          /* summed over the requests */
 	double t_first, t_last;
 } run;
 
@@ -570,12 +571,21 @@ static void cb_done(void *u, enum ds_finish why, const ds_req_stats *st)
 		text_tail(q);
 	out_final(q);
 	q->done = 1;
+	if (r->o->verbose)
+		warnx_("request %zu: %zu prompt tokens, %zu generated, %s",
+		       q->index + 1, st->prompt_tokens, st->completion_tokens,
+		       ds_finish_name(why));
 	if (r->o->chat) {
 		free(r->last_answer);
 		r->last_answer = strndup(q->text ? q->text : "", q->n_text);
 	}
 	r->tot_prompt += st->prompt_tokens;
 	r->tot_gen += st->completion_tokens;
+	if (st->prompt_tokens) {
+		r->t_pre += st->t_prompt - st->t_start;
+		r->t_dec += st->t_end - st->t_prompt;
+		r->n_dec += st->completion_tokens ? st->completion_tokens - 1 : 0;
+	}
 	if (r->t_first == 0 || st->t_start < r->t_first)
 		r->t_first = st->t_start;
 	r->t_last = st->t_end;
@@ -785,7 +795,7 @@ static int read_requests(run *r, ds_err *err)
 			rc = -1;
 		else if ((q = rq_add(r, ids, n)) == NULL)
 			rc = ds_errf(err, "out of memory");
-		else
+		else if (!r->o->perplexity)   /* there, all lines are one text */
 			rc = fit_prompt(r, q, line, err);
 	}
 	if (rc == 0 && ferror(stdin))
@@ -969,21 +979,6 @@ static double rss_mib(void)
 	return (double)resident * (double)sysconf(_SC_PAGESIZE) / (1 << 20);
 }
 
-static int sched_fifo(long prio, ds_err *err)
-{
-	struct sched_param sp;
-
-	memset(&sp, 0, sizeof sp);
-	sp.sched_priority = (int)prio;
-	if (sched_setscheduler(0, SCHED_FIFO, &sp) == 0)
-		return 0;
-	if (errno == EPERM)
-		return ds_errf(err, "--sched-fifo %ld: not permitted: SCHED_FIFO "
-			       "needs CAP_SYS_NICE (root, or setcap "
-			       "cap_sys_nice+ep on ds-run)", prio);
-	return ds_errf(err, "--sched-fifo %ld: %s", prio, strerror(errno));
-}
-
 /* Does this run need the tokenizer (1), use it if present (0)? */
 static int tok_needed(const opts *o)
 {
@@ -1116,8 +1111,14 @@ static int setup(run *r, ds_err *err)
 	ds_pool_opts po = { (int)o->threads, o->cpus, 0 };
 	ds_fwd_opts fo = { 0 };
 
-	if (o->sched_fifo && sched_fifo(o->sched_fifo, err))
-		return -1;
+	ds_cpuset cpus;
+
+	/* the tune library's checks: CPUs this process may use; SCHED_FIFO
+	 * before the pool, whose threads inherit it */
+	if (o->cpus && ds_cpus_arg(o->cpus, &cpus, err))
+		return ds_err_prefix(err, "--cpus");
+	if (o->sched_fifo && ds_sched_fifo((int)o->sched_fifo, err))
+		return ds_err_prefix(err, "--sched-fifo");
 	if (ds_pool_init(&r->pool, &po, err) || load_model(r, err) ||
 	    load_tokenizer(r, err))
 		return -1;
@@ -1193,9 +1194,13 @@ static void verbose_end(const run *r)
 {
 	double t = r->t_last - r->t_first;
 
-	warnx_("%zu prompt tokens, %zu generated, %.3f s (%.2f tokens/s "
-	       "generated)", r->tot_prompt, r->tot_gen, t,
-	       t > 0 ? r->tot_gen / t : 0);
+	/* prompt: tokens / time to the first sampled token; decode: the
+	 * tokens sampled after the first / the time after it (summed over
+	 * the requests, so with --parallel each is its own request's rate) */
+	warnx_("%zu prompt tokens in %.3f s (%.1f tokens/s), %zu generated in "
+	       "%.3f s (%.2f tokens/s decoding), %.3f s in all", r->tot_prompt,
+	       r->t_pre, r->t_pre > 0 ? r->tot_prompt / r->t_pre : 0, r->tot_gen,
+	       r->t_dec, r->t_dec > 0 ? r->n_dec / r->t_dec : 0, t);
 	warnx_("RSS %.1f MiB", rss_mib());
 }
 
