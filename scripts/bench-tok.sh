@@ -91,7 +91,9 @@ load_us=""
 if [ $have_npm = 1 ]; then
 	v3=testdata/cache/hf/v3/tokenizer.json
 	"$out/tokbench" compile "$v3" "$out/v3.bin"
-	load_us=$("$out/tokbench" load "$out/v3.bin" 1000 | awk '$1 == "load_us" {print $2}')
+	load=$("$out/tokbench" load "$out/v3.bin" 1000)
+	load_us=$(echo "$load" | awk '$1 == "load_us" {print $2}')
+	load_cpu=$(echo "$load" | awk '$1 == "load_cpu_us" {print $2}')
 	: > "$out/ds.t"
 	: > "$out/lib.t"
 	for impl in lenml hf; do
@@ -167,8 +169,8 @@ fi
 	echo
 	if [ -n "$load_us" ]; then
 		echo "Load of DeepSeek-V3's tokenizer.bin (128,815 ids), in the page cache:"
-		echo "$load_us us (mean of 1000 loads: map, validate, compile the"
-		echo "pre-tokenizer's regexes with JIT)."
+		echo "$load_us us wall, $load_cpu us CPU (mean of 1000 loads: map, validate,"
+		echo "compile the pre-tokenizer's regexes with JIT)."
 	else
 		echo "(npm packages unavailable: the DeepSeek-V3 rows are missing)"
 	fi

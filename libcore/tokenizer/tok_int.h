@@ -82,7 +82,9 @@ struct tb_header {
 	int32_t bos, eos, eot, unk, pad;
 	float min_score, max_score; /* SP Unigram: over NORMAL pieces */
 	char chat[32];              /* chat template name, NUL-terminated */
-	uint32_t reserved[6];
+	char pcre_unicode[16];      /* PCRE2's Unicode version when the
+				       translated Split patterns were made */
+	uint32_t reserved[2];
 };
 
 enum tb_sect_kind {
@@ -147,7 +149,8 @@ enum tb_opcode {
 	OP_REPLACE_RE,     /* regex s1 -> s2 */
 	OP_STRIP,          /* a: left, b: right */
 	/* pre-tokenizers */
-	OP_SPLIT = 32,     /* regex s1 (a: behavior, b: invert, c: literal) */
+	OP_SPLIT = 32,     /* regex s1 (a: behavior, b: invert, c: literal);
+			      s2: s1 translated for PCRE2 (tk_onig_to_pcre2) */
 	OP_BYTELEVEL,      /* a: add_prefix_space, b: use_regex */
 	OP_DIGITS,         /* a: individual_digits */
 	OP_METASPACE,      /* s1: replacement, a: prepend scheme, b: split */
@@ -221,6 +224,7 @@ struct tb_builder {
 	const uint8_t *charsmap;  /* while reading only */
 	uint32_t charsmap_off, charsmap_len; /* the blob, in the pool */
 	char chat[32];
+	char pcre_unicode[16];
 };
 
 void tb_init(struct tb_builder *b);

@@ -386,6 +386,8 @@ int tb_finish(struct tb_builder *b, uint8_t **out, size_t *len, ds_err *err)
 
 	memcpy(h.chat, b->chat, sizeof h.chat);
 	h.chat[sizeof h.chat - 1] = '\0';
+	memcpy(h.pcre_unicode, b->pcre_unicode, sizeof h.pcre_unicode);
+	h.pcre_unicode[sizeof h.pcre_unicode - 1] = '\0';
 	ph = build_token_hash(b, 0, &np);
 	eh = build_token_hash(b, 1, &ne);
 	if (b->model == TB_HF_BPE)
@@ -649,7 +651,8 @@ int tb_open(ds_tok *t, ds_err *err)
 					       "outside the vocabulary",
 					       t->name, ids[i]);
 	}
-	if (memchr(h->chat, '\0', sizeof h->chat) == NULL)
+	if (memchr(h->chat, '\0', sizeof h->chat) == NULL ||
+	    memchr(h->pcre_unicode, '\0', sizeof h->pcre_unicode) == NULL)
 		return ds_errf(err, "%s: chat template name not terminated",
 			       t->name);
 	memcpy(t->chat, h->chat, sizeof h->chat);
