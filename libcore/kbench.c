@@ -16,18 +16,22 @@
 
 typedef void bench_fn(void *arg);
 
-/* The clock the figures are taken with: the wall clock, or the process's
- * CPU time divided by the threads running (clock_threads > 0). */
-static int clock_threads;
+/* The clock the figures are taken with: the wall clock, or the calling
+ * thread's CPU time (use_cpu).  The caller is thread 0 of every job and
+ * spins while it waits for the others, so its CPU time is the job's
+ * duration less the time other processes held its CPU.  (The process's
+ * CPU time would also count the workers, but the kernel brings other
+ * running threads' times up to date only at scheduler ticks.) */
+static int use_cpu;
 
 static double now(void)
 {
 	struct timespec ts;
 
-	if (clock_threads <= 0)
+	if (!use_cpu)
 		return ds_now_s();
-	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-	return ((double)ts.tv_sec + (double)ts.tv_nsec * 1e-9) / clock_threads;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* Best time of one call of fn over at least min_sec (wall clock) and 3
@@ -579,7 +583,7 @@ static int run(const ds_kbench_opts *o0, ds_kbench_emit *emit, void *arg,
 			rc = -1;
 			break;
 		}
-		clock_threads = o->cpu_time ? o->threads[i] : 0;
+		use_cpu = o->cpu_time;
 		base_rows(&b, kernels);
 		for (ti = 0; kernels && rc == 0 && ti < (size_t)ntypes; ti++)
 			rc = type_rows(&b, types[ti], err);
