@@ -21,9 +21,10 @@ struct out {
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: ds-bench --kernels [--cpus LIST] [-o md|csv|json] [-q] [-s NxK] [-t N,...]\n"
-		"                [-w TYPE,...]\n"
-		"       ds-bench --membw [--cpus LIST] [-o md|csv|json] [-q] [-t N,...]\n");
+		"usage: ds-bench --kernels [--cpu-time] [--cpus LIST] [-o md|csv|json] [-q]\n"
+		"                [-s NxK] [-t N,...] [-w TYPE,...]\n"
+		"       ds-bench --membw [--cpu-time] [--cpus LIST] [-o md|csv|json] [-q]\n"
+		"                [-t N,...]\n");
 }
 
 static void emit(void *arg, const ds_kbench_row *r)
@@ -93,6 +94,7 @@ static int parse_threads(const char *s, int *t, int max)
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
+		{ "cpu-time", no_argument, NULL, 'C' },
 		{ "cpus", required_argument, NULL, 'c' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "kernels", no_argument, NULL, 'K' },
@@ -113,6 +115,7 @@ int main(int argc, char **argv)
 	memset(&o, 0, sizeof o);
 	while ((c = getopt_long(argc, argv, "ho:qs:t:w:", lo, NULL)) != -1) {
 		switch (c) {
+		case 'C': o.cpu_time = 1; break;
 		case 'c': o.cpus = optarg; break;
 		case 'h': usage(stdout); return 0;
 		case 'K': mode = 'K'; break;
@@ -187,10 +190,12 @@ int main(int argc, char **argv)
 	if (out.fmt == FMT_CSV)
 		printf("op,type,n,k,t,threads,sec,gbs,gops,ratio,us,ghz\n");
 	else if (out.fmt == FMT_JSON)
-		printf("{\"isa\": \"%s\", \"rows\": [", ds_kernels_name());
+		printf("{\"isa\": \"%s\", \"clock\": \"%s\", \"rows\": [", ds_kernels_name(),
+		       o.cpu_time ? "cpu" : "wall");
 	else
-		printf("kernels: %s\n\n| op | type | shape | T | threads | ms | GB/s | GOP/s | ratio |\n"
-		       "|---|---|---|---|---|---|---|---|---|\n", ds_kernels_name());
+		printf("kernels: %s, times by %s\n\n| op | type | shape | T | threads | ms | GB/s | GOP/s | ratio |\n"
+		       "|---|---|---|---|---|---|---|---|---|\n", ds_kernels_name(),
+		       o.cpu_time ? "CPU time per thread" : "the wall clock");
 	rc = mode == 'K' ? ds_kbench_kernels(&o, emit, &out, &err)
 			 : ds_kbench_membw(&o, emit, &out, &err);
 	if (out.fmt == FMT_JSON)

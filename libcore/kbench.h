@@ -3,8 +3,9 @@
  * and `ds-bench --membw`.
  *
  * Every figure is the best of several timed repetitions (as STREAM
- * reports), and every ratio compares two figures measured in the same
- * process, one after the other: matrix-vector rates against a read
+ * reports), by the wall clock or (cpu_time) by the caller's CPU time, and
+ * every ratio compares two figures measured in the same process, one
+ * after the other: matrix-vector rates against a read
  * probe over the same amount of memory, matrix-matrix rates against the
  * ISA's peak measured by a dot-product probe.
  *
@@ -60,6 +61,9 @@ typedef struct ds_kbench_opts {
 	const char *cpus;     /* CPU list to pin to, or NULL */
 	const char *types;    /* comma-separated weight types ("q4g32,bf16"),
 				 NULL: q4g128 q4g32 q8g32 bf16 f16 f32 */
+	int cpu_time;         /* time by the calling thread's CPU time instead
+				 of the wall clock: leaves out the time other
+				 processes had its CPU */
 } ds_kbench_opts;
 
 /* Measured clock in GHz (dependent integer adds, one per cycle). */

@@ -196,7 +196,7 @@ static void mm_fn(void *arg, int ith, int nth)
 	mm_prep(j, ith, nth);
 	ds_pool_barrier(j->c->pool);
 	ds_split(j->sets[j->n], ith, nth, &b, &e);
-	size_t TB = ops_tb(j->dst->ldq);
+	size_t TB = ops_tb(j->need, j->kp);
 
 	for (tb = 0; tb < j->t; tb += TB) {
 		size_t nt = j->t - tb < TB ? j->t - tb : TB;
@@ -411,7 +411,7 @@ static void ffn_fn(void *arg, int ith, int nth)
 {
 	struct ffn_job *j = arg;
 	int ng = need_of(j->gate->type), nu = need_of(j->up->type), pass;
-	size_t b, e, tb, TB = ops_tb(j->dst->ldq);
+	size_t b, e, tb, TB = ops_tb(ng | nu, j->kp);
 
 	ds_split((j->gate->n + DS_ROWSET - 1) / DS_ROWSET, ith, nth, &b, &e);
 	for (pass = j->two_pass ? 1 : 0; pass <= (j->two_pass ? 2 : 0); pass++) {

@@ -17,12 +17,6 @@
  * weights.  A multiple of the kernels' tiles (4 and 6 rows). */
 #define TB_MAX 192
 
-static inline size_t ops_tb(size_t ldq)
-{
-	size_t tb = (size_t)786432 / (ldq ? ldq : 1) / 12 * 12;
-
-	return tb < 12 ? 12 : tb > TB_MAX ? TB_MAX : tb;
-}
 
 enum { NEED_Q = 1, NEED_B = 2, NEED_F = 4 };
 
@@ -30,6 +24,15 @@ enum { NEED_Q = 1, NEED_B = 2, NEED_F = 4 };
 static inline int need_of(ds_ttype t)
 {
 	return t.dt == DS_Q4 || t.dt == DS_Q8 ? NEED_Q : t.dt == DS_BF16 ? NEED_B : NEED_F;
+}
+
+/* need: the forms read (NEED_*), k: the input width */
+static inline size_t ops_tb(int need, size_t k)
+{
+	size_t row = (need & NEED_F ? 4 : need & NEED_B ? 2 : 1) * (k ? k : 1);
+	size_t tb = (size_t)786432 / row / 12 * 12;
+
+	return tb < 12 ? 12 : tb > TB_MAX ? TB_MAX : tb;
 }
 
 /* Per-thread scratch of thread ith (c->thr_bytes bytes, 64-aligned). */

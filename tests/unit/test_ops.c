@@ -351,15 +351,15 @@ static void test_moe(void)
 			}
 }
 
-/* Blocks of activation rows (the op layer's cache blocking) change no
- * value: a context whose block is 12 rows against one that takes all 40
- * at once. */
+/* Blocks of activation rows (the op layer's cache blocking: with this k,
+ * 12 to 24 rows per block) and tiles change no value: all 40 rows at
+ * once equal each row alone. */
 static void test_blocks(void)
 {
-	size_t k = 96, n = 50, ff = 40, t = 40, ne = 2, used = 2, i;
+	size_t k = 32768, n = 40, ff = 24, t = 40, ne = 2, used = 2, i;
 	float *x = rnd(t * k, 2), *y0 = malloc(t * n * 4), *y1 = malloc(t * n * 4);
-	float *h0 = malloc(t * ff * 4), *h1 = malloc(t * ff * 4), *m2 = malloc(t * k * 4);
-	float *m0 = rnd(t * k, 1), *m1 = malloc(t * k * 4), *w = malloc(t * used * 4);
+	float *h0 = malloc(t * ff * 4), *h1 = malloc(t * ff * 4);
+	float *m0 = rnd(t * k, 1), *m1 = malloc(t * k * 4), *m2 = malloc(t * k * 4), *w = malloc(t * used * 4);
 	int32_t *ids = malloc(t * used * 4);
 	int ti;
 
@@ -367,27 +367,34 @@ static void test_blocks(void)
 		ids[i] = (int32_t)(i % used);
 		w[i] = 0.5f;
 	}
-	for (ti = 0; ti < 4; ti++) {
+	for (ti = 0; ti < 6; ti++) {
 		tmat a, g, u, eg, eu, ed;
 		ds_in in = { x, 0, t, NULL, 0 };
+		int bad = 0;
 
 		tmat_init(&a, types[ti], 1, n, k, 0);
 		tmat_init(&g, types[ti], 1, ff, k, 0);
 		tmat_init(&u, types[ti], 1, ff, k, 0);
-		ds_matmul(&ctxs[0], &a.m, x, t, y0);
-		ds_matmul(&wide, &a.m, x, t, y1);
-		T_CHECK(same(y0, y1, t * n));
-		ds_ffn_gate_up(&ctxs[1], &g.m, &u.m, &in, h0, 0);
-		ds_ffn_gate_up(&wide, &g.m, &u.m, &in, h1, 0);
-		T_CHECK(same(h0, h1, t * ff));
 		tmat_init(&eg, types[ti], ne, ff, k, 0);
 		tmat_init(&eu, types[ti], ne, ff, k, 0);
 		tmat_init(&ed, types[ti], ne, k, ff, 0);
+		ds_matmul(&wide, &a.m, x, t, y0);
+		ds_ffn_gate_up(&wide, &g.m, &u.m, &in, h0, 0);
 		memcpy(m1, m0, t * k * 4);
-		ds_moe(&ctxs[1], &eg.m, &eu.m, &ed.m, x, 0, t, ids, w, used, m1, 0);
-		memcpy(m2, m0, t * k * 4);
-		ds_moe(&wide, &eg.m, &eu.m, &ed.m, x, 0, t, ids, w, used, m2, 0);
-		T_CHECKF(same(m1, m2, t * k), "type %d", ti);
+		ds_moe(&wide, &eg.m, &eu.m, &ed.m, x, 0, t, ids, w, used, m1, 0);
+		for (i = 0; i < t; i++) {
+			ds_in one = { x + i * k, 0, 1, NULL, 0 };
+
+			ds_matmul(&wide, &a.m, x + i * k, 1, y1 + i * n);
+			ds_ffn_gate_up(&wide, &g.m, &u.m, &one, h1 + i * ff, 0);
+			memcpy(m2 + i * k, m0 + i * k, k * 4);
+			ds_moe(&wide, &eg.m, &eu.m, &ed.m, x + i * k, 0, 1, ids + i * used, w + i * used,
+			       used, m2 + i * k, 0);
+		}
+		bad += !same(y0, y1, t * n);
+		bad += 2 * !same(h0, h1, t * ff);
+		bad += 4 * !same(m1, m2, t * k);
+		T_CHECKF(bad == 0, "type %d: %d (1 matmul, 2 gate/up, 4 moe)", ti, bad);
 		tmat_free(&a); tmat_free(&g); tmat_free(&u);
 		tmat_free(&eg); tmat_free(&eu); tmat_free(&ed);
 	}
