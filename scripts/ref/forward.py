@@ -322,6 +322,23 @@ class Gate(nn.Module):
         self.weight = nn.Parameter(torch.empty(self.E, H))
         if self.method == "noaux_tc":
             self.e_score_correction_bias = nn.Parameter(torch.zeros(self.E), requires_grad=False)
+        self.margins = None     # a list to collect routing margins into, for --stats
+
+    def _margin(self, b, sel):
+        """Per token: how close the selection came to changing, the smaller of
+        the gap at the top-k boundary of the selection scores and, with groups,
+        the gap at the topk_group boundary of the group scores."""
+        T, G = b.shape[0], self.n_group
+        v = sel.detach().sort(-1, descending=True).values
+        m = v[:, self.k - 1] - v[:, self.k]
+        if self.method in ("group_limited_greedy", "noaux_tc") and self.topk_group < G:
+            if self.method == "noaux_tc":
+                gs = b.view(T, G, -1).topk(2, dim=-1).values.sum(-1)
+            else:
+                gs = b.view(T, G, -1).max(-1).values
+            g = gs.detach().sort(-1, descending=True).values
+            m = torch.minimum(m, g[:, self.topk_group - 1] - g[:, self.topk_group])
+        return m
 
     def forward(self, h):
         """h [T, H] -> (expert ids [T, k], weights [T, k], scores [T, E])."""
@@ -335,7 +352,7 @@ class Gate(nn.Module):
         T = s.shape[0]
         G = self.n_group
         if self.method in ("greedy", "gready"):
-            sel = s
+            sel = b = s
         elif self.method in ("group_limited_greedy", "noaux_tc"):
             if self.method == "noaux_tc":
                 b = s + self.e_score_correction_bias
@@ -350,6 +367,9 @@ class Gate(nn.Module):
         else:
             raise ValueError("topk_method %s not supported" % self.method)
         idx = sel.detach().topk(self.k, dim=-1).indices
+        if self.margins is not None:
+            self.margins.append(self._margin(b if self.method != "greedy" and self.method != "gready"
+                                             else s, sel))
         w = s.gather(1, idx)
         if self.v3:
             if self.k > 1 and self.norm:
@@ -668,11 +688,25 @@ def write_stats(args, seqs, outs):
         l32 = m32(torch.tensor(s, dtype=torch.long)[None])[0].double().numpy()
         d32 = max(d32, float(np.abs(l32 - lg).max()))
     allg = np.concatenate(outs)
+    gates = [g for g in m32.modules() if isinstance(g, Gate)]
     top2 = np.sort(allg, axis=-1)[:, -2:]
     st = {"positions": int(allg.shape[0]), "vocab": int(allg.shape[1]),
           "max_abs_logit": float(np.abs(allg).max()),
           "min_top1_margin": float((top2[:, 1] - top2[:, 0]).min()),
           "float32_vs_float64_max_abs": d32}
+    if gates:
+        m64 = build_model(args.model, torch.float64)
+        rm = []
+        for s in seqs:
+            if not s:
+                continue
+            gs = [g for g in m64.modules() if isinstance(g, Gate)]
+            for g in gs:
+                g.margins = []
+            m64(torch.tensor(s, dtype=torch.long)[None])
+            rm += torch.stack([torch.cat(g.margins) for g in gs]).min(0).values.tolist()
+        st["routing_margin_min"] = min(rm)
+        st["routing_margin"] = [float("%.3g" % x) for x in rm]
     with open(args.stats, "w") as f:
         json.dump(st, f, indent=2)
         f.write("\n")
