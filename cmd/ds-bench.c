@@ -9,6 +9,7 @@
 
 #include "kbench.h"
 #include "kernels.h"
+#include "types.h"
 #include "util.h"
 
 enum { FMT_MD, FMT_CSV, FMT_JSON };
@@ -20,8 +21,9 @@ struct out {
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: ds-bench --kernels [--cpus LIST] [-o md|csv|json] [-q] [-t N,...]\n"
-		"       ds-bench --membw [--cpus LIST] [-o md|csv|json] [-t N,...]\n");
+		"usage: ds-bench --kernels [--cpus LIST] [-o md|csv|json] [-q] [-s NxK] [-t N,...]\n"
+		"                [-w TYPE,...]\n"
+		"       ds-bench --membw [--cpus LIST] [-o md|csv|json] [-q] [-t N,...]\n");
 }
 
 static void emit(void *arg, const ds_kbench_row *r)
@@ -97,8 +99,10 @@ int main(int argc, char **argv)
 		{ "membw", no_argument, NULL, 'M' },
 		{ "output", required_argument, NULL, 'o' },
 		{ "quick", no_argument, NULL, 'q' },
+		{ "shape", required_argument, NULL, 's' },
 		{ "threads", required_argument, NULL, 't' },
 		{ "version", no_argument, NULL, 'V' },
+		{ "weights", required_argument, NULL, 'w' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int threads[16] = { 1, 2 }, nthreads = 2, mode = 0, c, rc;
@@ -107,7 +111,7 @@ int main(int argc, char **argv)
 	ds_err err;
 
 	memset(&o, 0, sizeof o);
-	while ((c = getopt_long(argc, argv, "ho:qt:", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "ho:qs:t:w:", lo, NULL)) != -1) {
 		switch (c) {
 		case 'c': o.cpus = optarg; break;
 		case 'h': usage(stdout); return 0;
@@ -123,6 +127,19 @@ int main(int argc, char **argv)
 			}
 			break;
 		case 'q': o.quick = 1; break;
+		case 's': {
+			unsigned long long n, k;
+			char tail;
+
+			if (sscanf(optarg, "%llux%llu%c", &n, &k, &tail) != 2 || n < 1 || k < 1 ||
+			    n > 65536 || k > 65536) {
+				fprintf(stderr, "ds-bench: -s %s: expected NxK, each 1 to 65536\n", optarg);
+				return 2;
+			}
+			o.mm_n = n;
+			o.mm_k = k;
+			break;
+		}
 		case 't':
 			nthreads = parse_threads(optarg, threads, 16);
 			if (nthreads < 1) {
@@ -131,6 +148,7 @@ int main(int argc, char **argv)
 			}
 			break;
 		case 'V': printf("ds-bench %s\n", DS_VERSION); return 0;
+		case 'w': o.types = optarg; break;
 		default: usage(stderr); return 2;
 		}
 	}
@@ -141,6 +159,28 @@ int main(int argc, char **argv)
 	if (ds_kernels_init(&err) != 0) {
 		fprintf(stderr, "ds-bench: %s\n", err.msg);
 		return 1;
+	}
+	if (o.types) {
+		const char *p = o.types;
+
+		/* a bad type is a usage error: check before anything runs */
+		while (*p) {
+			char name[16];
+			size_t len = strcspn(p, ",");
+			ds_ttype t;
+
+			if (len == 0 || len >= sizeof name) {
+				fprintf(stderr, "ds-bench: -w %s: empty or overlong type\n", o.types);
+				return 2;
+			}
+			memcpy(name, p, len);
+			name[len] = '\0';
+			if (ds_ttype_parse(name, &t) != 0 || t.dt == DS_I32) {
+				fprintf(stderr, "ds-bench: -w %s: not a weight type\n", name);
+				return 2;
+			}
+			p += len + (p[len] == ',');
+		}
 	}
 	o.threads = threads;
 	o.nthreads = nthreads;

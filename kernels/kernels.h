@@ -133,7 +133,7 @@ typedef struct ds_attn_job {
 } ds_attn_job;
 
 /* Floats of scratch an attention kernel needs for g heads. */
-#define DS_ATTN_CHUNK 64
+#define DS_ATTN_CHUNK 32
 #define DS_ATTN_SCRATCH(g, kdim, vdim) \
 	((size_t)(g) * (DS_ATTN_CHUNK + 4) + (size_t)(kdim) + (size_t)(vdim) + 64)
 

@@ -142,29 +142,13 @@ static int bind_all(ds_fwd *f, ds_err *err)
 int ds_fwd_rope_init(const ds_hparams *hp, ds_rope *r, double *scale,
 		     ds_err *err)
 {
-	ds_rope_scaling sc;
 	uint32_t dim = hp->arch == DS_ARCH_DEEPSEEK2 ? hp->qk_rope_head_dim
 						      : hp->head_dim;
 
-	memset(&sc, 0, sizeof sc);
-	switch (hp->rope_scaling.type) {
-	case DS_ROPE_SCALING_NONE: sc.type = DS_ROPE_SCALE_NONE; break;
-	case DS_ROPE_SCALING_LINEAR: sc.type = DS_ROPE_SCALE_LINEAR; break;
-	case DS_ROPE_SCALING_YARN: sc.type = DS_ROPE_SCALE_YARN; break;
-	case DS_ROPE_SCALING_LLAMA3: sc.type = DS_ROPE_SCALE_LLAMA3; break;
-	}
-	sc.factor = hp->rope_scaling.factor;
-	sc.original_ctx = hp->rope_scaling.original_ctx;
-	sc.beta_fast = hp->rope_scaling.beta_fast;
-	sc.beta_slow = hp->rope_scaling.beta_slow;
-	sc.mscale = hp->rope_scaling.mscale;
-	sc.mscale_all_dim = hp->rope_scaling.mscale_all_dim;
-	sc.low_freq_factor = hp->rope_scaling.low_freq_factor;
-	sc.high_freq_factor = hp->rope_scaling.high_freq_factor;
-	if (ds_rope_init(r, hp->rope_style, dim, hp->rope_theta, &sc, err))
+	if (ds_rope_init(r, hp, dim, err))
 		return -1;
 	if (hp->arch == DS_ARCH_DEEPSEEK2)
-		*scale = ds_rope_attn_scale(&sc) /
+		*scale = ds_rope_attn_scale(hp) /
 			 sqrt((double)(hp->qk_nope_head_dim + hp->qk_rope_head_dim));
 	else
 		*scale = 1 / sqrt((double)hp->head_dim);

@@ -19,8 +19,10 @@
  *                the dot-product instructions retired per cycle by
  *                independent accumulators (vpdpbusd: 64 int8 multiply-adds
  *                per instruction), times the threads
- *   barrier      an empty ds_pool_run: the caller's round trip through
- *                all threads
+ *   barrier      "run": an empty ds_pool_run, the caller's round trip
+ *                through all threads; "sync": one ds_pool_barrier inside
+ *                a job (between the phases of an op); the median of 4001
+ *                single round trips
  */
 #ifndef DS_KBENCH_H
 #define DS_KBENCH_H
@@ -53,8 +55,11 @@ typedef struct ds_kbench_opts {
 	int nthreads;
 	size_t ws_bytes;      /* streamed working set (0: 512 MiB) */
 	double min_sec;       /* time per measurement (0: 0.25 s) */
-	int quick;            /* fewer shapes and types (for tests) */
+	int quick;            /* q4g128 and bf16 only, T = 8, 64 MiB, short runs */
+	uint64_t mm_n, mm_k;  /* matmul shape (0: 4096 x 4096) */
 	const char *cpus;     /* CPU list to pin to, or NULL */
+	const char *types;    /* comma-separated weight types ("q4g32,bf16"),
+				 NULL: q4g128 q4g32 q8g32 bf16 f16 f32 */
 } ds_kbench_opts;
 
 /* Measured clock in GHz (dependent integer adds, one per cycle). */
@@ -64,7 +69,8 @@ double ds_kbench_clock_ghz(void);
 int ds_kbench_membw(const ds_kbench_opts *o, ds_kbench_emit *emit, void *arg,
 		    ds_err *err);
 /* Peaks, read probes, barriers, then for each weight type matvec on
- * 4096x4096 and 4096x11008 and matmul at T = 8, 64, 512 on 4096x4096. */
+ * 4096x4096 and 4096x11008 and matmul at T = 8, 64, 512 on 4096x4096
+ * (or mm_n x mm_k). */
 int ds_kbench_kernels(const ds_kbench_opts *o, ds_kbench_emit *emit,
 		      void *arg, ds_err *err);
 

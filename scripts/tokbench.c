@@ -1,9 +1,12 @@
-/* tokbench.c - the tokenizer part of `make bench` (scripts/bench.sh builds
- * it against build/libdscore.a): load time of a tokenizer.bin, and
- * single-threaded encode speed on a text file.
- * Usage: tokbench TOKENIZER TEXT [LOADS]  (a tokenizer.json or .model is
- * compiled to a temporary tokenizer.bin first: the load timed is the bin's)
- * Prints: "load_us MEAN", "tokens N", "encode_s S", "tokens_per_s R". */
+/* tokbench.c - helper of the tokenizer benchmark (scripts/bench-tok.sh
+ * builds it against build/libdscore.a).
+ *   tokbench compile SRC DST      tokenizer.json / .model -> tokenizer.bin
+ *   tokbench load BIN N           mean time of N loads (+ frees) of BIN, us
+ *   tokbench lines BIN TEXT       encode each line of TEXT: "tokens seconds"
+ *                                 of the encode calls alone
+ *   tokbench TOKENIZER TEXT [N]   load time, then single-threaded encode
+ *                                 speed of the whole file as one text
+ * Prints "key value" lines. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +28,67 @@ int main(int argc, char **argv)
 	if (argc < 3) {
 		fprintf(stderr, "usage: tokbench TOKENIZER TEXT [LOADS]\n");
 		return 2;
+	}
+	if (strcmp(argv[1], "compile") == 0 && argc == 4) {
+		if (ds_tok_compile_file(argv[2], NULL, argv[3], &err) != 0) {
+			fprintf(stderr, "tokbench: %s\n", err.msg);
+			return 1;
+		}
+		return 0;
+	}
+	if (strcmp(argv[1], "lines") == 0 && argc == 4) {
+		size_t total = 0;
+		double spent = 0;
+
+		if (ds_tok_load(&tok, argv[2], &err) != 0 ||
+		    ds_read_file(argv[3], (size_t)1 << 30, &text, &len, &err) != 0) {
+			fprintf(stderr, "tokbench: %s\n", err.msg);
+			return 1;
+		}
+		for (char *p = text, *end = text + len; p < end;) {
+			char *nl = memchr(p, '\n', (size_t)(end - p));
+			size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
+
+			ids.n = 0;
+			t0 = ds_now_s();
+			if (n > 0 && ds_tok_encode(tok, p, n, DS_TOK_NO_BOS, &ids, &err) != 0) {
+				fprintf(stderr, "tokbench: %s\n", err.msg);
+				return 1;
+			}
+			spent += ds_now_s() - t0;
+			total += ids.n;
+			p += n + 1;
+		}
+		printf("%zu %.6f\n", total, spent);
+		ds_tok_ids_free(&ids);
+		ds_tok_free(tok);
+		free(text);
+		return 0;
+	}
+	if (strcmp(argv[1], "load") == 0 && argc == 4) {
+		loads = atol(argv[3]);
+		if (ds_tok_load(&tok, argv[2], &err) != 0) {
+			fprintf(stderr, "tokbench: %s\n", err.msg);
+			return 1;
+		}
+		ds_tok_free(tok); /* now in the page cache */
+		{
+			double in_load = 0, t1;
+
+			for (long i = 0; i < loads; i++) {
+				t0 = ds_now_s();
+				if (ds_tok_load(&tok, argv[2], &err) != 0)
+					return 1;
+				t1 = ds_now_s();
+				in_load += t1 - t0;
+				ds_tok_free(tok);
+			}
+			/* the load alone, and with the free (munmap) after it */
+			printf("load_us %.1f\nload_free_us %.1f\n",
+			       in_load / (double)(loads > 0 ? loads : 1) * 1e6,
+			       (ds_now_s() - t1 + in_load) / (double)(loads > 0 ? loads : 1) * 1e6);
+		}
+		return 0;
 	}
 	if (ds_read_file(argv[2], (size_t)1 << 30, &text, &len, &err) != 0) {
 		fprintf(stderr, "tokbench: %s\n", err.msg);

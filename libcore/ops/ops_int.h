@@ -11,10 +11,18 @@
 
 #include "ops.h"
 
-/* Activation rows per kernel call: the prepared rows of one block (up to
- * TB * ldq int8 plus their scales) stay in L2 while every row-set of the
- * thread's share streams past them. */
-#define TB 48
+/* Activation rows per kernel call: the prepared rows of one block (about
+ * 768 KiB of int8) stay in L2 while every row-set of the thread's share
+ * streams past them once; more rows per block mean fewer passes over the
+ * weights.  A multiple of the kernels' tiles (4 and 6 rows). */
+#define TB_MAX 192
+
+static inline size_t ops_tb(size_t ldq)
+{
+	size_t tb = (size_t)786432 / (ldq ? ldq : 1) / 12 * 12;
+
+	return tb < 12 ? 12 : tb > TB_MAX ? TB_MAX : tb;
+}
 
 enum { NEED_Q = 1, NEED_B = 2, NEED_F = 4 };
 

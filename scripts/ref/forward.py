@@ -656,6 +656,28 @@ def read_ids(args):
     return [[int(t) for t in ln.split()] for ln in lines]
 
 
+def write_stats(args, seqs, outs):
+    """Facts a tolerance can be judged by: logit range, the smallest gap
+    between the best and second-best logit (positions closer than an engine's
+    error may legitimately flip top-1), and how far a float32 run of this
+    reference lands from float64."""
+    m32 = build_model(args.model, torch.float32)
+    m32.set_mla_mode("naive")
+    d32 = 0.0
+    for s, lg in zip((s for s in seqs if s), outs):
+        l32 = m32(torch.tensor(s, dtype=torch.long)[None])[0].double().numpy()
+        d32 = max(d32, float(np.abs(l32 - lg).max()))
+    allg = np.concatenate(outs)
+    top2 = np.sort(allg, axis=-1)[:, -2:]
+    st = {"positions": int(allg.shape[0]), "vocab": int(allg.shape[1]),
+          "max_abs_logit": float(np.abs(allg).max()),
+          "min_top1_margin": float((top2[:, 1] - top2[:, 0]).min()),
+          "float32_vs_float64_max_abs": d32}
+    with open(args.stats, "w") as f:
+        json.dump(st, f, indent=2)
+        f.write("\n")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", required=True, help="HF checkpoint directory")
@@ -671,6 +693,8 @@ def main(argv=None):
     ap.add_argument("--ctx-size", type=int, default=0)
     ap.add_argument("--json", action="store_true", help="perplexity result as JSON")
     ap.add_argument("--top1", action="store_true", help="print the argmax id per position")
+    ap.add_argument("--stats", help="write JSON facts about the logits (sizes, top-1 margins, "
+                    "float32-vs-float64 difference) for a golden file's README")
     args = ap.parse_args(argv)
     dtype = getattr(torch, args.dtype)
     torch.set_grad_enabled(False)
@@ -701,6 +725,8 @@ def main(argv=None):
         outs.append(lg.to(torch.float64).numpy())
         if args.top1:
             print(" ".join(str(int(x)) for x in lg.argmax(-1)))
+    if args.stats:
+        write_stats(args, seqs, outs)
     if args.out:
         arr = np.concatenate(outs).astype("<f4") if outs else np.zeros((0, V), "<f4")
         tmp = args.out + ".tmp"

@@ -483,7 +483,7 @@ print(t[:t.index(sys.argv[2])])' "$T/full" "$stop")
 	[ "$(sed -n 2p "$T/b")" = "$(cat "$T/a")" ]
 	# a terminal: the second turn carries the first
 	printf 'hi there\nand again\n' | script -qec \
-		"$DS_BIN/ds-run -m $T/$n --chat -n 5 --temp 0 --verbose" /dev/null >"$T/tty"
+		"$DS_BIN/ds-run -m $M/$n --chat -n 5 --temp 0 --verbose" /dev/null >"$T/tty"
 	grep -q "request 1: $(wc -w <"$T/want.ids") prompt tokens" "$T/tty"
 	p2=$(sed -n 's/.*request 2: \([0-9]*\) prompt tokens.*/\1/p' "$T/tty")
 	[ "$p2" -gt "$(( $(wc -w <"$T/want.ids") + 5 ))" ]

@@ -462,7 +462,7 @@ static void test_quant_row(void)
 			isa_tab[0]->bf16_row(x, k, kp, pp, ww, sc, b0);
 			/* |x - d q| <= d/2 (plus the rounding of x * 127/amax) */
 			for (i = 0; i < kp; i++) {
-				size_t p = pp ? (size_t)pp[i] : i;
+				size_t p = pp && i < k ? (size_t)pp[i] : i;
 				float v = i < k ? x[p] * sc * (ww ? ww[p] : 1.0f) : 0;
 
 				bound += !(fabsf(v - d0[i / 32] * q0[i]) <=
