@@ -4,6 +4,7 @@
  */
 #include <errno.h>
 #include <jansson.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <getopt.h>
 #include <math.h>
@@ -1138,6 +1139,18 @@ static int setup(run *r, ds_err *err)
 	return 0;
 }
 
+/* An interrupted run leaves no FILE.tmp behind (unlink is
+ * async-signal-safe). */
+static const char *volatile tmp_to_remove;
+
+static void on_signal(int sig)
+{
+	if (tmp_to_remove != NULL)
+		unlink(tmp_to_remove);
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
 static int open_logits(run *r, ds_err *err)
 {
 	if (r->o->logits_out == NULL)
@@ -1149,6 +1162,11 @@ static int open_logits(run *r, ds_err *err)
 	r->lf = fopen(r->lf_tmp, "wb");
 	if (r->lf == NULL)
 		return ds_errf(err, "%s: %s", r->lf_tmp, strerror(errno));
+	tmp_to_remove = r->lf_tmp;
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+	signal(SIGHUP, on_signal);
+	signal(SIGPIPE, on_signal);
 	return 0;
 }
 
@@ -1166,6 +1184,7 @@ static int close_logits(run *r, int ok, ds_err *err)
 		rc = ds_errf(err, "%s: %s", r->o->logits_out, strerror(errno));
 	if (!ok || rc)
 		unlink(r->lf_tmp);
+	tmp_to_remove = NULL;
 	free(r->lf_tmp);
 	return rc;
 }
