@@ -17,7 +17,7 @@ CFLAGS  ?=
 CFLAGS  += -std=gnu11 $(OPT) -g -Wall -Wextra -Werror -pthread -fopenmp \
 	   -Ilibcore -Ilibcore/util -Ikernels
 LDFLAGS ?=
-LDLIBS  = -ljansson -larchive -lz -lpcre2-8 -lnuma -lmicrohttpd -lpthread -lm -fopenmp
+LDLIBS  = -ljansson -larchive -lz -lpcre2-8 -licuuc -lnuma -lmicrohttpd -lpthread -lm -fopenmp
 
 # Each ISA's kernels are compiled with their own flags and chosen at run
 # time; nothing else targets the build machine.

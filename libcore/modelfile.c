@@ -421,6 +421,16 @@ int ds_mwriter_commit(ds_mwriter *w, json_t *meta, ds_err *err)
 	w->fd = -1;
 	if (write_meta(w, meta, err))
 		return -1;
+	{
+		/* mkdtemp made it 0700; a model directory is as public as
+		 * any new directory */
+		mode_t mask = umask(0);
+
+		umask(mask);
+		if (fchmod(w->tmp.fd, 0777 & ~mask) != 0)
+			return ds_errf(err, "%s: chmod: %s", w->tmp.path,
+				       strerror(errno));
+	}
 	if (fsync(w->tmp.fd) != 0)
 		return ds_errf(err, "%s: fsync: %s", w->tmp.path, strerror(errno));
 	if (move_into_place(w, err))
@@ -702,6 +712,9 @@ static int parse_quant(ds_model *m, const json_t *q, ds_err *err)
 	uint64_t bits, gs;
 	ds_ttype t;
 
+	if (json_is_object(q) && json_object_size(q) != 4)
+		return ds_errf(err, "model.meta: quant has keys other than source, "
+			       "bits, group_size and type");
 	if (!json_is_object(q) || !json_is_string(src) || !json_is_string(ty) ||
 	    get_u64(json_object_get(q, "bits"), &bits) || bits > 16 ||
 	    get_u64(json_object_get(q, "group_size"), &gs) || gs > (1u << 20))

@@ -203,9 +203,13 @@ static void mm_fn(void *arg, int ith, int nth)
 
 		for (o = 0; o < j->n; o++) {
 			const ds_mm_out *out = j->out[o];
-			size_t lo = b > j->sets[o] ? b - j->sets[o] : 0;
-			size_t hi = e < j->sets[o + 1] ? e - j->sets[o] : j->sets[o + 1] - j->sets[o];
+			size_t lo, hi;
 			ds_act a;
+
+			if (e <= j->sets[o] || b >= j->sets[o + 1])
+				continue;       /* none of this output's row-sets */
+			lo = b > j->sets[o] ? b - j->sets[o] : 0;
+			hi = e < j->sets[o + 1] ? e - j->sets[o] : j->sets[o + 1] - j->sets[o];
 
 			if (lo >= hi)
 				continue;

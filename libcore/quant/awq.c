@@ -7,6 +7,8 @@
 /* Nibble slot i of an AWQ word holds column 8c + AWQ_ORDER[i]. */
 static const uint8_t AWQ_ORDER[8] = { 0, 2, 4, 6, 1, 3, 5, 7 };
 
+#define PREFETCH_CHUNKS 4 /* 32 rows ahead */
+
 static inline void st32(uint8_t *p, uint32_t v)
 {
 	memcpy(p, &v, 4);
@@ -63,6 +65,86 @@ static inline void chunk8(uint8_t *out, const uint8_t *qw, uint64_t rowb,
 		st32(out + 4 * AWQ_ORDER[i], w[i]);
 }
 
+/*
+ * The same for 4 word columns at once (two full row-sets), in portable
+ * vector code (SSE2 on x86-64, NEON on ARM): each 32-bit lane is its own
+ * 8x8 transpose; then a 4x4 transpose of words turns "slot i of 4
+ * columns" into "lanes 0-3 (4-7) of one column", two 16-byte stores.
+ */
+typedef uint32_t v4u __attribute__((vector_size(16)));
+typedef int32_t v4i __attribute__((vector_size(16)));
+
+static inline v4u ldv(const uint8_t *p)
+{
+	v4u v;
+
+	memcpy(&v, p, 16);
+	return v;
+}
+
+static inline void stv(uint8_t *p, v4u v)
+{
+	memcpy(p, &v, 16);
+}
+
+/* r[l] = (a[0][l], a[1][l], a[2][l], a[3][l]) */
+static inline void transpose4(const v4u a[4], v4u r[4])
+{
+	v4u t0 = __builtin_shuffle(a[0], a[1], (v4i){ 0, 4, 1, 5 });
+	v4u t1 = __builtin_shuffle(a[0], a[1], (v4i){ 2, 6, 3, 7 });
+	v4u t2 = __builtin_shuffle(a[2], a[3], (v4i){ 0, 4, 1, 5 });
+	v4u t3 = __builtin_shuffle(a[2], a[3], (v4i){ 2, 6, 3, 7 });
+
+	r[0] = __builtin_shuffle(t0, t2, (v4i){ 0, 1, 4, 5 });
+	r[1] = __builtin_shuffle(t0, t2, (v4i){ 2, 3, 6, 7 });
+	r[2] = __builtin_shuffle(t1, t3, (v4i){ 0, 1, 4, 5 });
+	r[3] = __builtin_shuffle(t1, t3, (v4i){ 2, 3, 6, 7 });
+}
+
+/* chunk c of word columns wc..wc+3 into row-sets at out and out + rsb */
+static inline void chunk8x4(uint8_t *out, uint64_t rsb, const uint8_t *qw,
+			    uint64_t rowb, uint64_t c, uint64_t wc)
+{
+	const uint8_t *p = qw + 8 * c * rowb + 4 * wc;
+	v4u w[8], a[4], b[4], ra[4], rb[4], x, y;
+	int t, l;
+
+	w[0] = ldv(p);
+	w[1] = ldv(p + 4 * rowb);
+	w[2] = ldv(p + 1 * rowb);
+	w[3] = ldv(p + 5 * rowb);
+	w[4] = ldv(p + 2 * rowb);
+	w[5] = ldv(p + 6 * rowb);
+	w[6] = ldv(p + 3 * rowb);
+	w[7] = ldv(p + 7 * rowb);
+	for (t = 0; t < 4; t++) {
+		x = w[t], y = w[t + 4];
+		w[t] = (x & 0x0000ffffu) | (y << 16);
+		w[t + 4] = (x >> 16) | (y & 0xffff0000u);
+	}
+	for (t = 0; t < 6; t += t == 1 ? 3 : 1) {
+		x = w[t], y = w[t + 2];
+		w[t] = (x & 0x00ff00ffu) | ((y & 0x00ff00ffu) << 8);
+		w[t + 2] = ((x >> 8) & 0x00ff00ffu) | (y & 0xff00ff00u);
+	}
+	for (t = 0; t < 8; t += 2) {
+		x = w[t], y = w[t + 1];
+		w[t] = (x & 0x0f0f0f0fu) | ((y & 0x0f0f0f0fu) << 4);
+		w[t + 1] = ((x >> 4) & 0x0f0f0f0fu) | (y & 0xf0f0f0f0u);
+	}
+	/* lanes 0..7 of a column are slots 0 4 1 5 2 6 3 7 (AWQ_ORDER) */
+	a[0] = w[0], a[1] = w[4], a[2] = w[1], a[3] = w[5];
+	b[0] = w[2], b[1] = w[6], b[2] = w[3], b[3] = w[7];
+	transpose4(a, ra);
+	transpose4(b, rb);
+	for (l = 0; l < 4; l++) {
+		uint8_t *o = out + (uint64_t)(l / 2) * rsb + 64 * c + 32 * (l % 2);
+
+		stv(o, ra[l]);
+		stv(o + 16, rb[l]);
+	}
+}
+
 /* Scales and zeros of row-set s: runtime group gi uses source group
  * gi * gr / gsrc (0 when there is one group). */
 static void groups(uint8_t *rs, const uint8_t *qz, const uint8_t *sc,
@@ -105,15 +187,27 @@ static void fast_rowsets(uint8_t *dst, const uint8_t *qw, const uint8_t *qz,
 			memset(rs + used, 0, rsb - used);
 		groups(rs, qz, sc, n, k, ngsrc, gsrc, gr, s, lanes);
 	}
-	/* one cache line of qweight holds 16 words: 8 row-sets */
-	for (c = 0; c < k / 8; c++)
-		for (s = s0; s < s1; s++) {
+	/* one cache line of qweight holds 16 words: the 8 row-sets of a
+	 * block read one line of each of 8 rows per chunk, going down the
+	 * rows, a page apart: prefetch a few chunks ahead by hand */
+	for (c = 0; c < k / 8; c++) {
+		if (c + PREFETCH_CHUNKS < k / 8) {
+			const uint8_t *p = qw + 8 * (c + PREFETCH_CHUNKS) * rowb + 8 * s0;
+			int t;
+
+			for (t = 0; t < 8; t++)
+				__builtin_prefetch(p + t * rowb);
+		}
+		for (s = s0; s + 1 < s1 && 16 * (s + 2) <= n; s += 2)
+			chunk8x4(dst + s * rsb, rsb, qw, rowb, c, 2 * s);
+		for (; s < s1; s++) {
 			uint8_t *out = dst + s * rsb + 64 * c;
 
 			chunk8(out, qw, rowb, c, 2 * s);
 			if (n - 16 * s >= 16)
 				chunk8(out + 32, qw, rowb, c, 2 * s + 1);
 		}
+	}
 }
 
 /* Any k: unpack to plain arrays and use ds_pack_q4 (pads with q = z). */

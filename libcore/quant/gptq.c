@@ -72,6 +72,29 @@ static inline uint32_t shuffle_nibbles(uint32_t x)
 	       ((x << 4) & 0x0f000f00u);
 }
 
+/* The same on 4 words (portable vector code). */
+typedef uint32_t v4u __attribute__((vector_size(16)));
+
+static inline v4u ldv(const uint8_t *p)
+{
+	v4u v;
+
+	memcpy(&v, p, 16);
+	return v;
+}
+
+static inline void stv(uint8_t *p, v4u v)
+{
+	memcpy(p, &v, 16);
+}
+
+static inline v4u shuffle_v(v4u x)
+{
+	x = (x & 0xff0000ffu) | ((x >> 8) & 0x0000ff00u) | ((x << 8) & 0x00ff0000u);
+	return (x & 0xf00ff00fu) | ((x >> 4) & 0x00f000f0u) |
+	       ((x << 4) & 0x0f000f00u);
+}
+
 /* 4-bit, inputs in order, k a multiple of gr: row-set s. */
 static void fast_rowset(uint8_t *dst, const uint8_t *qw, const uint8_t *qz,
 			const uint8_t *sc, uint64_t n, uint64_t k, uint64_t gsrc,
@@ -90,7 +113,9 @@ static void fast_rowset(uint8_t *dst, const uint8_t *qw, const uint8_t *qz,
 	for (c = 0; c < k / 8; c++) {
 		const uint8_t *p = qw + 4 * (c * n + 16 * s);
 
-		for (r = 0; r < lanes; r++)
+		for (r = 0; r + 4 <= lanes; r += 4)
+			stv(rs + 64 * c + 4 * r, shuffle_v(ldv(p + 4 * r)));
+		for (; r < lanes; r++)
 			st32(rs + 64 * c + 4 * r, shuffle_nibbles(ds_st_ld32(p + 4 * r)));
 	}
 	for (gi = 0; gi < ng; gi++) {
@@ -141,33 +166,35 @@ static int unpack(plain *pl, const uint8_t *qw, const uint8_t *qz,
 }
 
 /*
- * 8-bit: q8 is symmetric with u in [1, 255] (w = s (u - 128)).  A group
- * with z = 128 and no q = 0 is carried over exactly; any other group is
- * re-quantized from its exact values s (q - z), the ds_quantize_q8 rule.
- * Writes q - 128 (or the new values) into q8 and returns the count
- * re-quantized.
+ * 8-bit: q8 is symmetric with u in [1, 255] (w = s (u - 128)).  A
+ * symmetric group (z = 128) is carried over as is, except that q = 0
+ * (-128 s, which GPTQ's grid gives the extreme weight of many groups)
+ * becomes 1 (-127 s): one step on one weight, far closer than
+ * re-quantizing the group.  An asymmetric group is re-quantized from its
+ * exact values s (q - z) by the ds_quantize_q8 rule.  Writes q8 and
+ * counts both cases in stats.
  */
-static uint64_t to_q8(const plain *pl, int8_t *q8, uint64_t n, uint64_t k,
-		      uint32_t gr)
+static void to_q8(const plain *pl, int8_t *q8, uint64_t n, uint64_t k,
+		  uint32_t gr, ds_qstats *stats)
 {
-	uint64_t r, gi, i, redone = 0;
+	uint64_t r, gi, i;
 
 	for (r = 0; r < n; r++)
 		for (gi = 0; gi < pl->ng; gi++) {
 			uint64_t k0 = gi * gr, k1 = k0 + gr < k ? k0 + gr : k;
 			const uint8_t *q = pl->q + r * k;
 			uint16_t *s16 = &pl->s[r * pl->ng + gi];
-			int z = pl->z[r * pl->ng + gi], exact = z == 128;
+			int z = pl->z[r * pl->ng + gi];
 			float s = ds_f16_to_f32(*s16), amax = 0, ns;
 
-			for (i = k0; i < k1 && exact; i++)
-				exact = q[i] != 0;
-			if (exact) {
-				for (i = k0; i < k1; i++)
-					q8[r * k + i] = (int8_t)(q[i] - 128);
+			if (z == 128) {
+				for (i = k0; i < k1; i++) {
+					stats->clamped += q[i] == 0;
+					q8[r * k + i] = (int8_t)((q[i] ? q[i] : 1) - 128);
+				}
 				continue;
 			}
-			redone++;
+			stats->requantized++;
 			for (i = k0; i < k1; i++)
 				amax = fmaxf(amax, fabsf(s * (float)(q[i] - z)));
 			*s16 = ds_f32_to_f16(amax / 127.0f);
@@ -178,7 +205,6 @@ static uint64_t to_q8(const plain *pl, int8_t *q8, uint64_t n, uint64_t k,
 				q8[r * k + i] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
 			}
 		}
-	return redone;
 }
 
 static int plain_repack(uint8_t *dst, const uint8_t *qw, const uint8_t *qz,
@@ -198,12 +224,10 @@ static int plain_repack(uint8_t *dst, const uint8_t *qw, const uint8_t *qz,
 		q8 = malloc(n * k + 1);
 		if (q8 == NULL)
 			goto out;
-		if (stats)
-			stats->requantized += to_q8(&pl, q8, n, k, gr);
+		to_q8(&pl, q8, n, k, gr, stats);
 		ds_pack_q8(dst, q8, pl.s, n, k, gr);
 	}
-	if (stats)
-		stats->groups += n * pl.ng;
+	stats->groups += n * pl.ng;
 	rc = 0;
 out:
 	free(pl.q), free(pl.z), free(pl.s), free(q8);
@@ -226,7 +250,6 @@ int ds_gptq_repack(uint8_t *dst, const uint8_t *qweight,
 	for (s = 0; s < (int64_t)sets; s++)
 		fast_rowset(dst, qweight, qzeros, scales, n, k, gsrc, gr, v2,
 			    (uint64_t)s);
-	if (stats)
-		stats->groups += n * (k / gr);
+	stats->groups += n * (k / gr);
 	return 0;
 }

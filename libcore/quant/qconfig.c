@@ -155,7 +155,8 @@ static int read_settings(ds_qconfig *q, const json_t *o, ds_err *err)
 	if (lower_eq(s, "fp8"))
 		return ds_errf(err, "%s: fp8 weights (DeepSeek-V3's official FP8 "
 			       "release) are not supported: convert them to BF16 "
-			       "first (DeepSeek's inference/fp8_cast_bf16.py)",
+			       "first (DeepSeek's inference/fp8_cast_bf16.py) and "
+			       "drop quantization_config from config.json",
 			       q->file);
 	return ds_errf(err, "%s: quant_method \"%.32s\" is not supported (awq, "
 		       "gptq)", q->file, s);
@@ -401,11 +402,11 @@ int ds_quant_repack(const ds_qconfig *q, const ds_qlinear *l, ds_ttype rt,
 		rc = ds_awq_repack(dst, l->qweight->data, l->qzeros->data,
 				   l->scales->data, l->n, l->k, gsrc, rt.group,
 				   threads);
-		if (stats)
-			stats->groups += l->n * (ds_kpad(rt, l->k) / rt.group);
+		stats->groups += l->n * (ds_kpad(rt, l->k) / rt.group);
 	} else {
 		if (gptq_perm(q, l, perm, &needs, err))
 			return -1;
+		DS_ASSERT(!needs || perm != NULL);
 		rc = ds_gptq_repack(dst, l->qweight->data, l->qzeros->data,
 				    l->scales->data, needs ? perm : NULL, l->n,
 				    l->k, gsrc, rt.group, q->bits, q->v2, threads,

@@ -13,9 +13,10 @@
  *             scales F16 [G, N], g_idx I32 [K];  w = s (q - z) with
  *             z = stored + 1 (checkpoint_format "gptq") or stored
  *             ("gptq_v2").
- * Runtime: q4gG keeps q, z, s unchanged (exact); GPTQ 8-bit goes to q8gG,
- * exact when symmetric (z = 128 and q >= 1), otherwise that group is
- * re-quantized (symmetric, round to nearest) and counted in ds_qstats.
+ * Runtime: q4gG keeps q, z, s unchanged (exact); GPTQ 8-bit goes to q8gG:
+ * a symmetric group (z = 128) is exact except that q = 0 (-128 s, outside
+ * q8's [1, 255]) becomes -127 s; an asymmetric group is re-quantized
+ * (symmetric, round to nearest).  Both are counted in ds_qstats.
  * GPTQ act-order whose groups are not contiguous: the input channels are
  * sorted by group (stable) and perm[k] gives the original channel of
  * position k (the NAME.perm tensor of ds-model(5)).
@@ -67,6 +68,7 @@ typedef struct ds_qlinear {
 typedef struct ds_qstats {
 	uint64_t groups;        /* (row, group) pairs converted */
 	uint64_t requantized;   /* of which re-quantized (GPTQ 8-bit asym) */
+	uint64_t clamped;       /* GPTQ 8-bit weights -128 s made -127 s */
 } ds_qstats;
 
 /* Check the module's tensors against n, k and the settings; give the
@@ -74,7 +76,7 @@ typedef struct ds_qstats {
 int ds_quant_check(const ds_qconfig *q, const ds_qlinear *l, ds_ttype *rt,
 		   int *needs_perm, ds_err *err);
 /* Re-pack into dst (ds_tensor_bytes of rt [n, k]) and, when needed,
- * perm[k].  Call ds_quant_check first. */
+ * perm[k]; adds to *stats.  Call ds_quant_check first. */
 int ds_quant_repack(const ds_qconfig *q, const ds_qlinear *l, ds_ttype rt,
 		    uint8_t *dst, int32_t *perm, ds_qstats *stats, int threads,
 		    ds_err *err);
@@ -87,9 +89,9 @@ int ds_quant_repack(const ds_qconfig *q, const ds_qlinear *l, ds_ttype rt,
 int ds_awq_repack(uint8_t *dst, const uint8_t *qweight,
 		  const uint8_t *qzeros, const uint8_t *scales, uint64_t n,
 		  uint64_t k, uint64_t gsrc, uint32_t gr, int threads);
-/* GPTQ (bits 4 or 8) -> q4g<gr> / q8g<gr>; g_idx may be NULL (k / gsrc);
- * perm (k entries) is written when non-NULL and needed, else the identity
- * is assumed and g_idx must be trivial.  Returns -1 on allocation failure. */
+/* GPTQ (bits 4 or 8) -> q4g<gr> / q8g<gr>; perm: the act-order order of
+ * the inputs (NULL: in order).  stats must not be NULL.  Returns -1 on
+ * allocation failure. */
 int ds_gptq_repack(uint8_t *dst, const uint8_t *qweight,
 		   const uint8_t *qzeros, const uint8_t *scales,
 		   const int32_t *perm, uint64_t n, uint64_t k, uint64_t gsrc,

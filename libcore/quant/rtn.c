@@ -85,17 +85,17 @@ int ds_rtn_matrix(uint8_t *dst, ds_ttype t, const uint8_t *src,
 		ds_to_f32((float *)dst, src, dt, n * k);
 		return 0;
 	}
+	if (t.dt == DS_F16 && dt == DS_ST_F16) {
+		memcpy(dst, src, 2 * n * k);
+		return 0;
+	}
 	if (t.dt == DS_F16) {
 		for (i = 0; i < n * k; i++) {
 			uint16_t h;
 			float f;
 
-			if (dt == DS_ST_F16) {
-				h = ds_st_ld16(src + 2 * i);
-			} else {
-				memcpy(&f, src + 4 * i, 4);
-				h = ds_f32_to_f16(f);
-			}
+			memcpy(&f, src + 4 * i, 4);
+			h = ds_f32_to_f16(f);
 			memcpy(dst + 2 * i, &h, 2);
 		}
 		return 0;

@@ -290,7 +290,7 @@ static void gptq_case(uint64_t n, uint64_t k, uint64_t g, uint32_t gr,
 	uint64_t per = 32 / bits;
 	uint8_t *qw, *qz, *sc, *dst;
 	int32_t *perm = malloc(4 * k);
-	ds_qstats st = { 0, 0 };
+	ds_qstats st = { 0, 0, 0 };
 	int r = 1;
 	layer L;
 
@@ -326,7 +326,8 @@ static void gptq_case(uint64_t n, uint64_t k, uint64_t g, uint32_t gr,
 		 "GPTQ %u-bit v%d act %d n %llu k %llu g %llu", bits, v2 + 1, act,
 		 (unsigned long long)n, (unsigned long long)k,
 		 (unsigned long long)g);
-	T_CHECK(st.requantized == 0 && st.groups == n * (ds_kpad(t, k) / gr));
+	T_CHECK(st.requantized == 0 && st.clamped == 0 &&
+		st.groups == n * (ds_kpad(t, k) / gr));
 	if (bits == 4 && !act) {
 		uint8_t *ref = pack_q4_ref(&L, gr);
 
@@ -363,14 +364,15 @@ static void test_gptq8_exact(void)
 	gptq_case(24, 192, 64, 64, 8, 0, 1, 1);
 }
 
-/* Asymmetric 8-bit (or q = 0) cannot be held by q8: those groups are
- * re-quantized, within half a step of the new scale. */
+/* q8 holds u in [1, 255]: a symmetric group's q = 0 (-128 s) becomes
+ * -127 s and nothing else changes; an asymmetric group is re-quantized,
+ * within half a step of its new scale. */
 static void test_gptq8_requant(void)
 {
 	uint64_t n = 16, k = 128, g = 32, r, c;
 	ds_ttype t = { DS_Q8, 32 };
 	uint8_t *qw, *qz, *sc, *dst;
-	ds_qstats st = { 0, 0 };
+	ds_qstats st = { 0, 0, 0 };
 	float row[128];
 	layer L;
 
@@ -380,8 +382,8 @@ static void test_gptq8_requant(void)
 	for (c = 0; c < n * k; c++)
 		L.q[c] = (uint8_t)(1 + rnd(255));
 	L.z[3] = 100;                 /* row 0, group 3: asymmetric */
-	L.q[5 * k + 70] = 0;          /* row 5, group 2: q = 0 */
-	for (c = 0; c < k; c++)       /* row 7: all q = 0 except one */
+	L.q[5 * k + 70] = 0;          /* row 5, group 2: one q = 0 */
+	for (c = 0; c < k; c++)       /* row 7: all q = 0 but one */
 		L.q[7 * k + c] = c == 9 ? 255 : 0;
 	qw = malloc(4 * (k / 4) * n);
 	qz = malloc(4 * L.G * (n / 4));
@@ -389,17 +391,25 @@ static void test_gptq8_requant(void)
 	gptq_pack(&L, 8, 1, qw, qz, sc);
 	dst = alloc_dst(t, n, k);
 	T_CHECK(ds_gptq_repack(dst, qw, qz, sc, NULL, n, k, g, 32, 8, 1, 1, &st) == 0);
-	T_CHECKF(st.requantized == 1 + 1 + 4 && st.groups == n * 4,
-		 "requantized %llu", (unsigned long long)st.requantized);
+	T_CHECKF(st.requantized == 1 && st.clamped == 1 + 127 && st.groups == n * 4,
+		 "requantized %llu clamped %llu", (unsigned long long)st.requantized,
+		 (unsigned long long)st.clamped);
 	for (r = 0; r < n; r++) {
 		ds_dequant_row(t, dst, k, r, row);
 		for (c = 0; c < k; c++) {
 			float want = ref_w(&L, r, c), amax = 0;
 			uint64_t i, g0 = c / g * g;
 
+			if (L.z[r * L.G + c / g] == 128) {
+				if (L.q[r * k + c] == 0)
+					want = ds_f16_to_f32(L.s[r * L.G + c / g]) * -127.0f;
+				T_CHECKF(row[c] == want, "row %llu col %llu: %g vs %g",
+					 (unsigned long long)r, (unsigned long long)c,
+					 row[c], want);
+				continue;
+			}
 			for (i = g0; i < g0 + g; i++)
 				amax = fmaxf(amax, fabsf(ref_w(&L, r, i)));
-			/* exact groups are exact; others within half a step */
 			T_CHECKF(fabsf(row[c] - want) <= (amax / 127) * 0.5f * (1 + 1e-3f),
 				 "row %llu col %llu: %g vs %g", (unsigned long long)r,
 				 (unsigned long long)c, row[c], want);

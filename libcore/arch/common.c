@@ -1,0 +1,94 @@
+/*
+ * common.c - the blocks every architecture uses: the feed-forward layer
+ * (dense SwiGLU, or DeepSeek's routed + shared experts), grouped-query
+ * attention over the cache, and the attention output projection.
+ */
+#include "arch.h"
+
+#include <string.h>
+
+/* x += down(silu(gate(h)) * up(h)),  h = RMSNorm(x; ffn_norm) */
+static void ffn_dense(ds_fwd *f, const ds_layer *L, size_t T)
+{
+	ds_in in = { f->x, 0, T, L->ffn_norm, (float)f->hp->norm_eps };
+
+	ds_ffn(&f->ctx, &L->ffn_gate, &L->ffn_up, &L->ffn_down, &in, f->h, 0);
+	ds_add(&f->ctx, f->x, f->h, T * f->hp->n_embd, f->x);
+}
+
+/* x += sum_(e in topk) w_e FFN_e(h) + FFN_shared(h)
+ * (docs/spec/deepseek_arch.md section 7; the router in fp32) */
+static void ffn_moe(ds_fwd *f, const ds_layer *L, size_t T)
+{
+	const ds_hparams *hp = f->hp;
+	size_t H = hp->n_embd;
+	ds_router r = f->router;
+	ds_in in = { f->h, 0, T, NULL, 0 };
+
+	ds_rmsnorm(&f->ctx, f->x, 0, L->ffn_norm, (float)hp->norm_eps, T, H,
+		   f->h, 0);
+	ds_matmul(&f->ctx, &L->gate_inp, f->h, T, f->rl);
+	r.bias = L->exp_bias;
+	ds_route(&f->ctx, &r, f->rl, T, f->eids, f->ew);
+	if (L->shexp)
+		ds_ffn(&f->ctx, &L->gate_sh, &L->up_sh, &L->down_sh, &in, f->y, 0);
+	else
+		memset(f->y, 0, T * H * sizeof(float));
+	ds_moe(&f->ctx, &L->gate_exps, &L->up_exps, &L->down_exps, f->h, 0, T,
+	       f->eids, f->ew, hp->n_expert_used, f->y, 0);
+	ds_add(&f->ctx, f->x, f->y, T * H, f->x);
+}
+
+void ds_blk_ffn(ds_fwd *f, const ds_layer *L, size_t T)
+{
+	if (L->moe)
+		ffn_moe(f, L, T);
+	else
+		ffn_dense(f, L, T);
+}
+
+void ds_blk_out(ds_fwd *f, const ds_mat *wo, const float *o, size_t T)
+{
+	ds_matmul(&f->ctx, wo, o, T, f->h);
+	ds_add(&f->ctx, f->x, f->h, T * f->hp->n_embd, f->x);
+}
+
+/* For each run: K and V rows of its tokens into its slot's cache; then,
+ * once every run's rows are in, each run's queries attend causally:
+ *   o[t][h] = sum_(p <= pos_t) softmax_p(q[t][h] . K[p][h/g] / sqrt(hd)) V[p][h/g] */
+void ds_blk_gqa(ds_fwd *f, ds_kvcache *kv, uint32_t layer, size_t T)
+{
+	const ds_hparams *hp = f->hp;
+	size_t hd = hp->head_dim, nh = hp->n_head, nkv = hp->n_head_kv, i;
+	ds_kv kc, vc;
+
+	(void)T;
+	for (i = 0; i < f->n_runs; i++) {
+		const ds_run *r = &f->runs[i];
+
+		ds_kvcache_layer(kv, r->seq, layer, &kc, &vc);
+		ds_kv_write(&f->ctx, &kc, f->k + r->t0 * nkv * hd, 0, hd, nkv,
+			    r->n, r->pos0);
+		ds_kv_write(&f->ctx, &vc, f->v + r->t0 * nkv * hd, 0, hd, nkv,
+			    r->n, r->pos0);
+	}
+	for (i = 0; i < f->n_runs; i++) {
+		const ds_run *r = &f->runs[i];
+		ds_attn a;
+
+		ds_kvcache_layer(kv, r->seq, layer, &kc, &vc);
+		a.n_head = nh;
+		a.n_kv_head = nkv;
+		a.q = f->q + r->t0 * nh * hd;
+		a.q_ld = nh * hd;
+		a.q_hs = hd;
+		a.k = kc;
+		a.v = vc;
+		a.o = f->o + r->t0 * nh * hd;
+		a.o_ld = nh * hd;
+		a.o_hs = hd;
+		a.scale = f->attn_scale;
+		a.pos0 = r->pos0;
+		ds_attention(&f->ctx, &a, r->n);
+	}
+}

@@ -1,0 +1,35 @@
+/*
+ * llama.c - the Llama forward pass (DeepSeek LLM and Coder,
+ * R1-Distill-Llama): pre-norm blocks of grouped-query attention with
+ * half-split ("neox") RoPE, optionally llama3-scaled, and a SwiGLU MLP.
+ *
+ *   h = RMSNorm(x; attn_norm)
+ *   q = h Wq^T, k = h Wk^T, v = h Wv^T          (T, nh*hd), (T, nkv*hd) x2
+ *   q, k = RoPE(q, pos), RoPE(k, pos)
+ *   o = softmax(q K^T / sqrt(hd)) V             causal, over the cache
+ *   x = x + o Wo^T
+ *   x = x + down(silu(gate(h')) * up(h')),  h' = RMSNorm(x; ffn_norm)
+ */
+#include "arch.h"
+
+void ds_llama_layers(ds_fwd *f, ds_kvcache *kv, size_t T)
+{
+	const ds_hparams *hp = f->hp;
+	size_t nh = hp->n_head, nkv = hp->n_head_kv, hd = hp->head_dim;
+	uint32_t i;
+
+	for (i = 0; i < hp->n_layer; i++) {
+		const ds_layer *L = &f->layers[i];
+		ds_in in = { f->x, 0, T, L->attn_norm, (float)hp->norm_eps };
+		ds_mm_out qkv[3] = {
+			{ &L->wq, f->q, 0 }, { &L->wk, f->k, 0 }, { &L->wv, f->v, 0 }
+		};
+
+		ds_matmul_many(&f->ctx, &in, qkv, 3);
+		ds_rope_apply(&f->ctx, &f->rope, f->q, 0, T, nh, hd, f->pos, 0);
+		ds_rope_apply(&f->ctx, &f->rope, f->k, 0, T, nkv, hd, f->pos, 0);
+		ds_blk_gqa(f, kv, i, T);
+		ds_blk_out(f, &L->wo, f->o, T);
+		ds_blk_ffn(f, L, T);
+	}
+}

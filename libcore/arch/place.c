@@ -1,0 +1,149 @@
+/*
+ * place.c - where a loaded model's weights live (forward.h
+ * ds_model_place): a copy in hugepages, NUMA placement.
+ */
+#include "arch.h"
+
+#include <string.h>
+#include <sys/mman.h>
+
+#define HUGE_2M (2u << 20)
+
+int ds_numa_parse(const char *s, enum ds_numa *mode, ds_err *err)
+{
+	if (strcmp(s, "interleave") == 0)
+		*mode = DS_NUMA_INTERLEAVE;
+	else if (strcmp(s, "node") == 0)
+		*mode = DS_NUMA_NODE;
+	else
+		return ds_errf(err, "NUMA mode \"%.32s\" unknown (interleave, node)",
+			       s);
+	return 0;
+}
+
+typedef struct copy_job {
+	uint8_t *dst;
+	const uint8_t *src;
+	size_t bytes;
+} copy_job;
+
+/* Each thread copies its share (and so faults in its pages first). */
+static void copy_fn(void *arg, int ith, int nth)
+{
+	const copy_job *j = arg;
+	size_t pages = (j->bytes + HUGE_2M - 1) / HUGE_2M, b, e;
+
+	ds_split(pages, ith, nth, &b, &e);
+	b *= HUGE_2M;
+	e = e * HUGE_2M < j->bytes ? e * HUGE_2M : j->bytes;
+	if (b < e)
+		memcpy(j->dst + b, j->src + b, e - b);
+}
+
+/* Anonymous memory for the copy: hugetlb pages, else THP. */
+static int huge_map(ds_placement *pl, size_t bytes, char *warn,
+		    size_t warn_len, ds_err *err)
+{
+	void *p;
+
+	pl->bytes = ds_round_up(bytes, HUGE_2M);
+	p = mmap(NULL, pl->bytes, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
+	if (p != MAP_FAILED) {
+		pl->mem = p;
+		pl->huge = 1;
+		return 0;
+	}
+	p = mmap(NULL, pl->bytes, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return ds_errf(err, "--hugepages: cannot map %zu bytes", pl->bytes);
+	pl->mem = p;
+	if (madvise(p, pl->bytes, MADV_HUGEPAGE) != 0)
+		snprintf(warn, warn_len, "no hugetlb pages for %zu MiB, and "
+			 "transparent hugepages are unavailable: using normal "
+			 "pages", pl->bytes >> 20);
+	else
+		snprintf(warn, warn_len, "no hugetlb pages for %zu MiB "
+			 "(reserve them with ds-tune): using transparent "
+			 "hugepages", pl->bytes >> 20);
+	return 0;
+}
+
+/* Each matrix's row-sets spread over the threads' nodes. */
+static int place_split(ds_model *m, ds_pool *pool, ds_err *err)
+{
+	size_t i;
+
+	for (i = 0; i < m->n_tensors; i++) {
+		const ds_tensor *t = &m->tensors[i];
+		uintptr_t b = (uintptr_t)t->data & ~(uintptr_t)4095;
+		size_t len = ds_round_up((uintptr_t)t->data + t->size - b, 4096);
+		size_t units = t->ndim >= 2 ? (t->shape[t->ndim - 2] + 15) / 16 : 1;
+
+		if (t->ndim == 3)
+			units *= t->shape[0];
+		if (ds_pool_place(pool, (const void *)b, len, units,
+				  DS_PLACE_SPLIT, err))
+			return ds_err_prefix(err, "tensor %s", t->name);
+	}
+	return 0;
+}
+
+int ds_model_place(ds_model *m, ds_pool *pool, int hugepages,
+		   enum ds_numa numa, ds_placement *pl, char *warn,
+		   size_t warn_len, ds_err *err)
+{
+	const uint8_t *base = m->bin.data;
+	size_t bytes = m->bin.size, i;
+
+	memset(pl, 0, sizeof *pl);
+	if (warn_len)
+		warn[0] = '\0';
+	if (base == NULL)
+		return 0;
+	if (hugepages) {
+		copy_job j = { NULL, base, bytes };
+
+		if (huge_map(pl, bytes, warn, warn_len, err))
+			return -1;
+		j.dst = pl->mem;
+		for (i = 0; i < m->n_tensors; i++)
+			m->tensors[i].data = j.dst + (m->tensors[i].data - base);
+		/* the policy first: it acts when the copy faults the pages in */
+		if ((numa == DS_NUMA_INTERLEAVE &&
+		     ds_pool_place(pool, pl->mem, pl->bytes, 1, DS_PLACE_INTERLEAVE,
+				   err)) ||
+		    (numa == DS_NUMA_NODE && place_split(m, pool, err)))
+			goto fail;
+		ds_pool_run(pool, copy_fn, &j);
+		if ((m->flags & DS_LOAD_MLOCK) && mlock(pl->mem, pl->bytes) != 0) {
+			ds_errf(err, "--mlock: cannot lock %zu bytes", pl->bytes);
+			goto fail;
+		}
+		if (m->flags & DS_LOAD_MLOCK)
+			munlock(m->bin.data, m->bin.size);
+		munmap((void *)m->bin.data, m->bin.size);
+		m->bin.data = NULL;
+		m->bin.size = 0;
+		return 0;
+	}
+	if (numa == DS_NUMA_INTERLEAVE)
+		return ds_pool_place(pool, base, ds_round_up(bytes, 4096), 1,
+				     DS_PLACE_INTERLEAVE, err);
+	if (numa == DS_NUMA_NODE)
+		return place_split(m, pool, err);
+	return 0;
+fail:
+	for (i = 0; i < m->n_tensors; i++)        /* back to the file */
+		m->tensors[i].data = base + (m->tensors[i].data - (uint8_t *)pl->mem);
+	ds_placement_free(pl);
+	return -1;
+}
+
+void ds_placement_free(ds_placement *pl)
+{
+	if (pl->mem != NULL)
+		munmap(pl->mem, pl->bytes);
+	memset(pl, 0, sizeof *pl);
+}

@@ -1,0 +1,171 @@
+#!/usr/bin/env node
+// gen-unicode.js - the Unicode tables of ds's pre-tokenizer regexes
+// (libcore/tokenizer/unitab.c), made to classify code points exactly as the
+// reference does: Hugging Face tokenizers 0.22.2 (Oniguruma, Unicode 16.0).
+//
+// General categories come from ICU in Node (process.versions.unicode, 17.0
+// when written), corrected to the reference's category wherever the
+// reference puts a code point into another one (what Unicode 17 added is
+// unassigned there; a few code points changed category); each correction is
+// listed in the output.  Then every class the regexes can name (the 30
+// categories, their 7 groups, \s \w \d) is checked code point by code point
+// against the reference; any difference fails.
+//
+// Usage: scripts/ref/gen-unicode.js > libcore/tokenizer/unitab.c
+// Needs the npm packages that scripts/ref/fetch-npm.sh puts into
+// testdata/cache/node_modules.
+'use strict';
+const path = require('path');
+const nm = path.join(__dirname, '..', '..', 'testdata', 'cache', 'node_modules');
+const { Tokenizer } = require(path.join(nm, '@anush008', 'tokenizers'));
+const hf = require('./hfprobe.js');
+
+const CATS = ['Cn', 'Lu', 'Ll', 'Lt', 'Lm', 'Lo', 'Mn', 'Mc', 'Me', 'Nd', 'Nl',
+	'No', 'Pc', 'Pd', 'Ps', 'Pe', 'Pi', 'Pf', 'Po', 'Sm', 'Sc', 'Sk', 'So',
+	'Zs', 'Zl', 'Zp', 'Cc', 'Cf', 'Cs', 'Co'];
+const MAXCP = 0x110000;
+
+function icuCats() {
+	const cat = new Uint8Array(MAXCP);
+	const res = CATS.map((c) => new RegExp('^\\p{gc=' + c + '}$', 'u'));
+	for (let cp = 0; cp < MAXCP; cp++) {
+		if (cp >= 0xd800 && cp <= 0xdfff) { cat[cp] = CATS.indexOf('Cs'); continue; }
+		const s = String.fromCodePoint(cp);
+		let k = 0;
+		for (let i = 1; i < CATS.length; i++) if (res[i].test(s)) { k = i; break; }
+		cat[cp] = k;
+	}
+	return cat;
+}
+
+// Oniguruma's \s is White_Space (PropList.txt, stable since Unicode 6.3).
+const WHITE = [[0x9, 0xd], [0x20, 0x20], [0x85, 0x85], [0xa0, 0xa0],
+	[0x1680, 0x1680], [0x2000, 0x200a], [0x2028, 0x2029], [0x202f, 0x202f],
+	[0x205f, 0x205f], [0x3000, 0x3000]];
+
+function member(cat, cls, cp) {
+	const c = CATS[cat[cp]];
+	switch (cls) {
+	case 's': return WHITE.some(([a, b]) => cp >= a && cp <= b);
+	case 'd': return c === 'Nd';
+	case 'w': return /^[LM]/.test(c) || c === 'Nd' || c === 'Nl' || c === 'Pc';
+	default: return cls.length === 1 ? c[0] === cls : c === cls;
+	}
+}
+
+async function main() {
+	const cat = icuCats();
+	const fixes = [];
+	for (let k = 0; k < CATS.length; k++) {
+		if (CATS[k] === 'Cs') continue;
+		const m = await hf.members('\\p{' + CATS[k] + '}');
+		for (let cp = 0; cp < MAXCP; cp++)
+			if (m[cp] && cat[cp] !== k) {
+				fixes.push([cp, cat[cp], k]);
+				cat[cp] = k;
+			}
+	}
+	const wordExtra = [];
+	const classes = ['L', 'M', 'N', 'P', 'S', 'Z', 'C', ...CATS.filter((c) => c !== 'Cs'), 's', 'w', 'd'];
+	for (const cls of classes) {
+		const re = cls.length === 1 && /[swd]/.test(cls) ? '\\' + cls : '\\p{' + cls + '}';
+		const ref = await hf.members(re);
+		let bad = 0;
+		for (let cp = 0; cp < MAXCP; cp++) {
+			if (cp >= 0xd800 && cp <= 0xdfff) continue;
+			if (cls === 'w' && ref[cp] && !member(cat, cls, cp)) {
+				// Oniguruma's \w is Alphabetic | M | Nd | Pc | Join_Control:
+				// Other_Alphabetic symbols and ZWNJ/ZWJ come as a list.
+				wordExtra.push(cp);
+				continue;
+			}
+			if (!!ref[cp] !== member(cat, cls, cp)) {
+				if (bad++ < 5) process.stderr.write(`gen-unicode: ${re}: U+${cp.toString(16)} reference ${!!ref[cp]}\n`);
+			}
+		}
+		if (bad) { process.stderr.write(`gen-unicode: ${re}: ${bad} code points differ\n`); process.exit(1); }
+	}
+	// The categories of the Unicode tables in Debian 12's PCRE2 (14.0.0),
+	// from Debian's Python, which has the same version: where they differ
+	// from the reference's, a regex class needs more than PCRE2's own.
+	const { execFileSync } = require('child_process');
+	const py = execFileSync('/usr/bin/python3', ['-c',
+		'import sys, unicodedata as u\n' +
+		'print(u.unidata_version)\n' +
+		'sys.stdout.write("".join(u.category(chr(c)) for c in range(0x110000)))\n'],
+		{ maxBuffer: 64 << 20 }).toString();
+	const nl = py.indexOf('\n');
+	const baseVersion = py.slice(0, nl);
+	const cats14 = py.slice(nl + 1);
+	const diffs = [];
+	for (let cp = 0; cp < MAXCP; cp++) {
+		const c14 = CATS.indexOf(cats14.substr(2 * cp, 2));
+		if (c14 < 0) throw new Error('python category ' + cats14.substr(2 * cp, 2));
+		if (c14 === cat[cp]) continue;
+		const last = diffs[diffs.length - 1];
+		if (last && last[1] === cp - 1 && last[2] === c14 && last[3] === cat[cp]) last[1] = cp;
+		else diffs.push([cp, cp, c14, cat[cp]]);
+	}
+	// Runs of equal category over the whole code space.
+	const runs = [];
+	for (let cp = 0; cp < MAXCP; ) {
+		let e = cp;
+		while (e + 1 < MAXCP && cat[e + 1] === cat[cp]) e++;
+		runs.push([cp, cat[cp]]);
+		cp = e + 1;
+	}
+	const out = [];
+	out.push('/* unitab.c - Unicode general categories for the pre-tokenizer regexes.');
+	out.push(' * GENERATED by scripts/ref/gen-unicode.js: do not edit.');
+	out.push(` * Unicode ${hf.UNICODE} as Hugging Face tokenizers 0.22.2 (Oniguruma) classifies`);
+	out.push(` * code points: ICU ${process.versions.icu} categories with what the reference holds`);
+	out.push(' * corrected to the reference\'s category where it differs; checked code point');
+	out.push(' * by code point against the reference.');
+	const byKind = {};
+	for (const [cp, a, b] of fixes) {
+		const key = CATS[a] + ' -> ' + CATS[b];
+		(byKind[key] = byKind[key] || []).push(cp);
+	}
+	out.push(` * Corrections (ICU ${process.versions.unicode} -> reference), ${fixes.length} code points:`);
+	for (const key of Object.keys(byKind).sort()) {
+		const l = byKind[key];
+		const shown = l.slice(0, 6).map((c) => 'U+' + c.toString(16).toUpperCase().padStart(4, '0')).join(' ');
+		out.push(` *   ${key}: ${l.length}: ${shown}${l.length > 6 ? ' ...' : ''}`);
+	}
+	out.push(' */');
+	out.push('#include "unitab.h"');
+	out.push('');
+	out.push(`const char *const ds_uni_version = "${hf.UNICODE}";`);
+	out.push('');
+	out.push('const char ds_uni_cat_names[DS_UNI_NCAT][3] = {');
+	out.push('\t' + CATS.map((c) => `"${c}"`).join(', ') + ',');
+	out.push('};');
+	out.push('');
+	out.push(`const uint32_t ds_uni_nruns = ${runs.length};`);
+	out.push('/* (first code point << 8 | category): a run lasts to the next one. */');
+	out.push(`const uint32_t ds_uni_runs[${runs.length}] = {`);
+	for (let i = 0; i < runs.length; i += 6)
+		out.push('\t' + runs.slice(i, i + 6).map(([a, k]) => '0x' + ((a * 256 + k) >>> 0).toString(16).padStart(8, '0') + ',').join(' '));
+	out.push('};');
+	out.push('');
+	const wr = [];
+	for (const cp of wordExtra) {
+		if (wr.length && wr[wr.length - 1][1] === cp - 1) wr[wr.length - 1][1] = cp;
+		else wr.push([cp, cp]);
+	}
+	out.push(`/* Where Unicode ${baseVersion} (PCRE2's tables in Debian 12) differs:`);
+	out.push(' * first, last code point, category there, category here. */');
+	out.push(`const char *const ds_uni_base_version = "${baseVersion}";`);
+	out.push(`const uint32_t ds_uni_ndiff = ${diffs.length};`);
+	out.push(`const uint32_t ds_uni_diff[${diffs.length}][4] = {`);
+	for (const [a, b, c14, c16] of diffs) out.push(`\t{ 0x${a.toString(16)}, 0x${b.toString(16)}, ${c14}, ${c16} },`);
+	out.push('};');
+	out.push('');
+	out.push('/* \\w beyond L, M, Nd, Nl and Pc (inclusive ranges). */');
+	out.push(`const uint32_t ds_uni_nword_extra = ${wr.length};`);
+	out.push(`const uint32_t ds_uni_word_extra[${wr.length}][2] = {`);
+	for (const [a, b] of wr) out.push(`\t{ 0x${a.toString(16)}, 0x${b.toString(16)} },`);
+	out.push('};');
+	process.stdout.write(out.join('\n') + '\n');
+}
+main().catch((e) => { process.stderr.write('gen-unicode: ' + e.stack + '\n'); process.exit(1); });
