@@ -267,6 +267,16 @@ size_t ds_sched_pending(ds_sched *s)
 	return n;
 }
 
+void ds_sched_counts(ds_sched *s, size_t *queued, size_t *running)
+{
+	pthread_mutex_lock(&s->mu);
+	if (queued)
+		*queued = s->n_queued;
+	if (running)
+		*running = s->n_running;
+	pthread_mutex_unlock(&s->mu);
+}
+
 int ds_sched_wait(ds_sched *s)
 {
 	int go;
