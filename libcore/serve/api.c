@@ -547,32 +547,34 @@ int ds_api_parse_detokenize(int32_t **ids, size_t *n, const char *body,
 
 /* ---- answers ------------------------------------------------------------------------------------ */
 
-/* The length of the valid UTF-8 sequence at s (n bytes left), 0 if none. */
-static size_t utf8_seq(const unsigned char *s, size_t n)
+/* The valid UTF-8 sequence at s (n bytes left): its length, or 0 with
+ * *bad the length of the maximal subpart to replace by one U+FFFD (at
+ * least 1), as the Unicode standard recommends (chapter 3, "U+FFFD
+ * Substitution of Maximal Subparts") and WHATWG's decoder does. */
+static size_t utf8_seq(const unsigned char *s, size_t n, size_t *bad)
 {
+	unsigned char lo = 0x80, hi = 0xbf;
 	size_t len, i;
-	uint32_t cp;
 
+	*bad = 1;
 	if (s[0] < 0x80)
 		return 1;
 	if (s[0] >= 0xc2 && s[0] <= 0xdf)
-		len = 2, cp = s[0] & 0x1f;
+		len = 2;
 	else if (s[0] >= 0xe0 && s[0] <= 0xef)
-		len = 3, cp = s[0] & 0x0f;
+		len = 3, lo = s[0] == 0xe0 ? 0xa0 : 0x80, hi = s[0] == 0xed ? 0x9f : 0xbf;
 	else if (s[0] >= 0xf0 && s[0] <= 0xf4)
-		len = 4, cp = s[0] & 0x07;
+		len = 4, lo = s[0] == 0xf0 ? 0x90 : 0x80, hi = s[0] == 0xf4 ? 0x8f : 0xbf;
 	else
 		return 0;
-	if (n < len)
-		return 0;
 	for (i = 1; i < len; i++) {
-		if ((s[i] & 0xc0) != 0x80)
+		if (i >= n || s[i] < lo || s[i] > hi) {
+			*bad = i;
 			return 0;
-		cp = cp << 6 | (s[i] & 0x3f);
+		}
+		lo = 0x80;
+		hi = 0xbf;
 	}
-	if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
-	    (cp >= 0xd800 && cp <= 0xdfff))
-		return 0;
 	return len;
 }
 
@@ -585,12 +587,12 @@ char *ds_api_utf8(const char *s, size_t n, size_t *out_len)
 	if (o == NULL)
 		return NULL;
 	while (i < n) {
-		size_t l = utf8_seq(p + i, n - i);
+		size_t bad, l = utf8_seq(p + i, n - i, &bad);
 
 		if (l == 0) {
 			memcpy(q, "\xef\xbf\xbd", 3);
 			q += 3;
-			i++;
+			i += bad;
 		} else {
 			memcpy(q, p + i, l);
 			q += l;

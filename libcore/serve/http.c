@@ -55,6 +55,7 @@ typedef struct rctx {
 	struct MHD_Connection *c;
 	enum ds_ep ep;
 	char method[8];
+	char path[64];              /* for the log: printable, cut */
 	char *body;
 	size_t n_body, dropped;     /* bytes kept, bytes over --max-body */
 	double t0;
@@ -642,6 +643,7 @@ static rctx *rctx_new(ds_srv *s, struct MHD_Connection *c, const char *url,
 		      const char *method)
 {
 	rctx *q = calloc(1, sizeof *q);
+	size_t i;
 
 	if (q == NULL)
 		return NULL;
@@ -651,12 +653,17 @@ static rctx *rctx_new(ds_srv *s, struct MHD_Connection *c, const char *url,
 	q->ep = ds_ep_of(url);
 	q->t0 = ds_now_s();
 	snprintf(q->method, sizeof q->method, "%s", method);
+	for (i = 0; url[i] && i < sizeof q->path - 1; i++)
+		q->path[i] = url[i] > ' ' && url[i] <= '~' ? url[i] : '?';
+	for (i = 0; method[i] && i < sizeof q->method - 1; i++)
+		q->method[i] = method[i] > ' ' && method[i] <= '~' ? method[i] : '?';
 	return q;
 }
 
 /* A piece of the body: kept up to --max-body, counted beyond (answered
- * 413 at its end); 0 closes the connection (twice the limit, or the body
- * still arriving after --timeout). */
+ * 413 at its end); 0 closes the connection (a body without Content-Length
+ * past twice the limit, or at least 64 KiB past it, or still arriving
+ * after --timeout). */
 static int body_add(rctx *q, const char *data, size_t n)
 {
 	const ds_srv *s = q->s;
@@ -665,8 +672,11 @@ static int body_add(rctx *q, const char *data, size_t n)
 	if (s->o.timeout_s && ds_now_s() - q->t0 > s->o.timeout_s)
 		return 0;
 	if (q->dropped || q->n_body + n > s->o.max_body) {
+		size_t cap = s->o.max_body + (s->o.max_body > 65536 ? s->o.max_body
+								     : 65536);
+
 		q->dropped += n;
-		return q->dropped <= s->o.max_body;
+		return q->n_body + q->dropped <= cap;
 	}
 	p = realloc(q->body, q->n_body + n + 1);
 	if (p == NULL)
@@ -711,14 +721,17 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 {
 	ds_srv *s = cls;
 	rctx *q = *con_cls;
+	char status[8] = "-";
 
 	(void)c;
 	if (q == NULL)
 		return;
+	if (q->status)
+		snprintf(status, sizeof status, "%d", q->status);
 	if (q->job && !job_done(q->job, NULL, NULL))
 		ds_job_cancel(q->job);   /* the client went away, or a write failed */
 	if (s->o.verbose)
-		slog(s, "%s %s %d %.3f s%s", q->method, ds_ep_name(q->ep), q->status,
+		slog(s, "%s %s %s %.3f s%s", q->method, q->path, status,
 		     ds_now_s() - q->t0,
 		     why == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" :
 		     why == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED ? " (timed out)" :
