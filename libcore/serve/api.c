@@ -267,10 +267,10 @@ static int get_stream(json_t *o, ds_api_req *r, ds_api_err *e)
 	if (!json_is_object(so))
 		return ds_api_fail(e, 400, "stream_options", "stream_options: must "
 				   "be an object");
-	if (get_bool(so, "include_usage", &r->include_usage, e)) {
-		snprintf(e->param, sizeof e->param, "stream_options.include_usage");
-		return -1;
-	}
+	if (get_bool(so, "include_usage", &r->include_usage, e))
+		return ds_api_fail(e, 400, "stream_options.include_usage",
+				   "stream_options.include_usage: must be true or "
+				   "false");
 	return 0;
 }
 
@@ -441,7 +441,8 @@ static int parse_fields(json_t *o, ds_api_req *r, const ds_api_limits *lim,
 		return ds_api_fail(e, 400, "model", "model: must be a string");
 	if (unsupported(o, e) || get_sampling(o, r, e) || get_max_tokens(o, r, e) ||
 	    get_stops(o, r, e) || get_stream(o, r, e) ||
-	    get_bool(o, "ignore_eos", &r->ignore_eos, e))
+	    get_bool(o, "ignore_eos", &r->ignore_eos, e) ||
+	    get_bool(o, "return_tokens", &r->return_tokens, e))
 		return -1;
 	if (r->kind == DS_API_CHAT)
 		return get_messages(o, r, e);
@@ -656,6 +657,14 @@ char *ds_api_answer(const ds_api_out *o)
 		choice = json_pack("{s:i, s:o, s:n, s:s?}", "index", 0, "text",
 				   text_json(o), "logprobs", "finish_reason",
 				   o->finish);
+	if (choice && o->with_tokens) {
+		json_t *t = json_array();
+		size_t i;
+
+		for (i = 0; t && i < o->n_tokens; i++)
+			json_array_append_new(t, json_integer(o->tokens[i]));
+		json_object_set_new(choice, "tokens", t);
+	}
 	if (j == NULL || choice == NULL ||
 	    json_object_set_new(j, "choices", json_pack("[o]", choice)) ||
 	    json_object_set_new(j, "usage", usage_json(o))) {

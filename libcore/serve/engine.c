@@ -290,10 +290,30 @@ static void wake(ds_job *j)
 		j->failed = 1;
 }
 
-/* Append shown text (driver thread). */
-static void append(ds_job *j, const char *s, size_t n)
+/* With return_tokens, the ids (under j->mu). */
+static void keep_id(ds_job *j, int32_t id)
+{
+	if (!j->keep_ids || id < 0)
+		return;
+	if (j->n_ids == j->cap_ids) {
+		size_t c = j->cap_ids ? 2 * j->cap_ids : 64;
+		int32_t *p = realloc(j->ids, c * sizeof *p);
+
+		if (p == NULL) {
+			j->failed = 1;
+			return;
+		}
+		j->ids = p;
+		j->cap_ids = c;
+	}
+	j->ids[j->n_ids++] = id;
+}
+
+/* Append shown text, and the id (-1: none) (driver thread). */
+static void append(ds_job *j, const char *s, size_t n, int32_t id)
 {
 	pthread_mutex_lock(&j->mu);
+	keep_id(j, id);
 	if (n > 0 && j->n_text + n + 1 > j->cap_text) {
 		size_t c = j->cap_text ? j->cap_text : 256;
 		char *p;
@@ -336,7 +356,7 @@ static int cb_token(void *u, int32_t t)
 		j->failed = 1;
 		stop = 1;
 	}
-	append(j, shown, n_shown);
+	append(j, shown, n_shown, t);
 	free(shown);
 	ds_tok_text_free(&piece);
 	ds_metrics_tokens(j->eng->metrics, 1, ds_now_s());
@@ -358,7 +378,7 @@ static void text_tail(ds_job *j)
 			    &n_shown, &cap, &err) < 0 ||
 	    ds_stopper_flush(&j->stopper, &shown, &n_shown, &cap, &err))
 		j->failed = 1;
-	append(j, shown, n_shown);
+	append(j, shown, n_shown, -1);
 	free(shown);
 	ds_tok_text_free(&piece);
 }
@@ -410,6 +430,7 @@ static ds_job *job_new(ds_eng *e, const ds_api_req *r, size_t n,
 	j->refs = 2;                /* the connection's and the scheduler's */
 	j->eng = e;
 	j->stream = r->stream;
+	j->keep_ids = r->return_tokens && !r->stream;
 	j->t_arrival = t_arrival;
 	j->n_prompt = n;
 	ds_tok_stream_init(&j->ts, e->tok, 0);
@@ -422,6 +443,7 @@ static void job_free(ds_job *j)
 	pthread_mutex_destroy(&j->mu);
 	close(j->efd);
 	free(j->text);
+	free(j->ids);
 	free(j);
 }
 

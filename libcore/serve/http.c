@@ -288,6 +288,9 @@ static enum MHD_Result answer_whole(rctx *q)
 	out_init(q, &o, j->text, j->n_text);
 	o.finish = ds_finish_name(why);
 	o.completion_tokens = st.completion_tokens;
+	o.tokens = j->ids;
+	o.n_tokens = j->n_ids;
+	o.with_tokens = j->keep_ids;
 	s = ds_api_answer(&o);
 	pthread_mutex_unlock(&j->mu);
 	return reply(q, 200, "application/json", s);

@@ -50,7 +50,7 @@ struct ds_metrics {
 	/* generated tokens in each of the last seconds: ring by second */
 	uint64_t sec_tokens[RATE_WINDOW + 1];
 	long long sec_of[RATE_WINDOW + 1];
-	double t0;
+	double t_first;             /* the first token counted; 0: none yet */
 };
 
 enum ds_ep ds_ep_of(const char *path)
@@ -78,7 +78,6 @@ int ds_metrics_init(ds_metrics **out, ds_err *err)
 	pthread_mutex_init(&m->mu, NULL);
 	m->lat.le = lat_le;
 	m->ttft.le = ttft_le;
-	m->t0 = ds_now_s();
 	return 0;
 }
 
@@ -115,6 +114,8 @@ void ds_metrics_tokens(ds_metrics *m, size_t n, double now)
 	size_t k = (size_t)(sec % (RATE_WINDOW + 1));
 
 	pthread_mutex_lock(&m->mu);
+	if (m->t_first == 0)
+		m->t_first = now;
 	if (m->sec_of[k] != sec) {
 		m->sec_of[k] = sec;
 		m->sec_tokens[k] = 0;
@@ -229,11 +230,11 @@ static void put_answers(buf *b, const ds_metrics *m)
 }
 
 /* Generated tokens per second over the last RATE_WINDOW whole seconds
- * (fewer just after the start). */
+ * (fewer just after the first token). */
 static double rate(const ds_metrics *m, double now)
 {
 	long long sec = (long long)now, from = sec - RATE_WINDOW;
-	double span = now - m->t0 < RATE_WINDOW ? now - m->t0 : RATE_WINDOW;
+	double span = now - m->t_first < RATE_WINDOW ? now - m->t_first : RATE_WINDOW;
 	uint64_t n = 0;
 	size_t k;
 

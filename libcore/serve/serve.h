@@ -75,6 +75,7 @@ typedef struct ds_api_req {
 	size_t n_stops;
 	int stream;
 	int include_usage;          /* stream_options.include_usage */
+	int return_tokens;          /* llama.cpp's: the ids in the answer */
 } ds_api_req;
 
 /* Parse and check a request body of len bytes (not NUL-terminated).  On
@@ -109,6 +110,9 @@ typedef struct ds_api_out {
 	size_t n_text;
 	const char *finish;         /* "stop", "length"; NULL: not yet */
 	size_t prompt_tokens, completion_tokens;
+	const int32_t *tokens;      /* the answer's ids, stop ids excluded; */
+	size_t n_tokens;            /* shown as choices[0].tokens when */
+	int with_tokens;            /* with_tokens (ds_api_answer) */
 } ds_api_out;
 
 /* The whole answer (text_completion / chat.completion) as JSON; malloc'd,

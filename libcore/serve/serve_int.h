@@ -56,6 +56,7 @@ typedef struct ds_job {
 	ds_eng *eng;
 	uint64_t id;                /* the scheduler's */
 	int stream;
+	int keep_ids;               /* return_tokens */
 	double t_arrival;           /* ds_now_s */
 	size_t n_prompt;
 	/* the driver thread's alone */
@@ -65,6 +66,8 @@ typedef struct ds_job {
 	/* under mu */
 	char *text;                 /* text shown and not yet taken */
 	size_t n_text, cap_text;
+	int32_t *ids;               /* with return_tokens: ids sampled */
+	size_t n_ids, cap_ids;
 	int done, failed;
 	enum ds_finish why;
 	ds_req_stats st;
