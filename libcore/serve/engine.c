@@ -280,6 +280,24 @@ int ds_eng_prompt(ds_eng *e, const ds_api_req *r, int32_t **ids, size_t *n,
 	return rc;
 }
 
+int ds_eng_detok(ds_eng *e, const int32_t *ids, size_t n, ds_tok_text *out,
+		 ds_err *err)
+{
+	ds_tok_stream ts;
+	size_t i;
+
+	ds_tok_stream_init(&ts, e->tok, 0);
+	for (i = 0; i < n; i++) {
+		size_t before = out->n;
+
+		if (ds_tok_stream_push(&ts, ids[i], out, NULL))
+			out->n = before;    /* no string: no text (as answers) */
+	}
+	if (out->s)
+		out->s[out->n] = '\0';
+	return ds_tok_stream_finish(&ts, out, err);
+}
+
 /* ---- jobs ------------------------------------------------------------------------------ */
 
 static void wake(ds_job *j)

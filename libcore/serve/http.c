@@ -42,6 +42,7 @@ struct ds_srv {
 	ds_eng eng;
 	atomic_int ready;           /* the engine is loaded */
 	atomic_int draining;        /* ds_srv_quiesce was called */
+	atomic_int answering;       /* generation requests not yet completed */
 	int quiesced;
 	uint32_t nonce;             /* answer ids: nonce + counter */
 	atomic_ullong counter;
@@ -67,6 +68,7 @@ typedef struct rctx {
 	char *out;                  /* stream bytes not yet given out */
 	size_t n_out, off;
 	int phase;                  /* stream: 0 start, 1 running, 2 ended */
+	int answering;              /* counted in s->answering */
 } rctx;
 
 static void slog(const ds_srv *s, const char *fmt, ...)
@@ -466,6 +468,8 @@ static enum MHD_Result generate(rctx *q, enum ds_api_kind kind)
 	free(ids);
 	if (rc)
 		return reply_err(q, &e);
+	q->answering = 1;
+	atomic_fetch_add(&s->answering, 1);
 	snprintf(q->id, sizeof q->id, "%s-%08x%012llx",
 		 kind == DS_API_CHAT ? "chatcmpl" : "cmpl", s->nonce,
 		 (unsigned long long)atomic_fetch_add(&s->counter, 1));
@@ -512,14 +516,14 @@ static enum MHD_Result metrics(rctx *q)
 }
 
 /* One token's text alone (lossy where it is part of a character). */
-static json_t *piece_json(const ds_tok *tok, int32_t id)
+static json_t *piece_json(ds_eng *e, int32_t id)
 {
 	ds_tok_text t = { 0 };
 	json_t *j = NULL;
 	char *u;
 	size_t n;
 
-	if (ds_tok_decode(tok, &id, 1, 0, &t, NULL) == 0 &&
+	if (ds_eng_detok(e, &id, 1, &t, NULL) == 0 &&
 	    (u = ds_api_utf8(t.s ? t.s : "", t.n, &n)) != NULL) {
 		j = json_pack("{s:i, s:s%}", "id", (int)id, "piece", u, n);
 		free(u);
@@ -550,7 +554,7 @@ static enum MHD_Result tokenize(rctx *q)
 	}
 	a = json_array();
 	for (i = 0; a && i < ids.n; i++)
-		json_array_append_new(a, r.with_pieces ? piece_json(s->eng.tok, ids.v[i])
+		json_array_append_new(a, r.with_pieces ? piece_json(&s->eng, ids.v[i])
 						      : json_integer(ids.v[i]));
 	ds_api_tokreq_free(&r);
 	ds_tok_ids_free(&ids);
@@ -571,12 +575,11 @@ static enum MHD_Result detokenize(rctx *q)
 
 	if (!atomic_load(&s->ready))
 		return not_ready(q);
-	lim = limits(s);
-	lim.n_vocab = ds_tok_n_vocab(s->eng.tok);
+	lim = limits(s);            /* the model's ids, with text or not */
 	if (ds_api_parse_detokenize(&ids, &n, q->body ? q->body : "", q->n_body,
 				    &lim, &e))
 		return reply_err(q, &e);
-	if (n && ds_tok_decode(s->eng.tok, ids, n, 0, &t, &err)) {
+	if (ds_eng_detok(&s->eng, ids, n, &t, &err)) {
 		free(ids);
 		ds_tok_text_free(&t);
 		return fail(q, 400, NULL, "tokens: %s", err.msg);
@@ -733,6 +736,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 		snprintf(status, sizeof status, "%d", q->status);
 	if (q->job && !job_done(q->job, NULL, NULL))
 		ds_job_cancel(q->job);   /* the client went away, or a write failed */
+	if (q->answering)
+		atomic_fetch_sub(&s->answering, 1);
 	if (s->o.verbose)
 		slog(s, "%s %s %s %.3f s%s", q->method, q->path, status,
 		     ds_now_s() - q->t0,
@@ -885,11 +890,16 @@ size_t ds_srv_inflight(ds_srv *s)
 
 void ds_srv_free(ds_srv *s)
 {
+	int i;
+
 	if (s == NULL)
 		return;
 	ds_srv_quiesce(s);
 	ds_eng_stop(&s->eng);       /* the waiting connections get their answer */
-	MHD_stop_daemon(s->d);      /* and every connection thread is joined */
+	for (i = 0; i < 200 && atomic_load(&s->answering) > 0; i++)
+		usleep(10000);      /* 2 s at most to send it */
+	MHD_stop_daemon(s->d);      /* then every connection is closed, its
+				       thread joined */
 	ds_eng_free(&s->eng);
 	ds_metrics_free(s->metrics);
 	pthread_mutex_destroy(&s->eng.smu);

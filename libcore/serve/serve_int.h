@@ -84,6 +84,10 @@ void ds_eng_counts(ds_eng *e, size_t *queued, size_t *running);
  * checked against the context. */
 int ds_eng_prompt(ds_eng *e, const ds_api_req *r, int32_t **ids, size_t *n,
 		  ds_api_err *ae);
+/* The text of ids as answers show it: ids the tokenizer has no string for
+ * add nothing. */
+int ds_eng_detok(ds_eng *e, const int32_t *ids, size_t n, ds_tok_text *out,
+		 ds_err *err);
 /* Queue a generation (503 when the queue is full or the engine stopped). */
 int ds_job_submit(ds_eng *e, const ds_api_req *r, const int32_t *ids,
 		  size_t n, double t_arrival, ds_job **out, ds_api_err *ae);
