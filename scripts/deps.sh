@@ -32,6 +32,15 @@ if [ "$(id -u)" != 0 ]; then
 	sudo=sudo
 fi
 export DEBIAN_FRONTEND=noninteractive
+# nginx is for tests/cli/ds-serve.bats, which runs its own on loopback: its
+# package must not start the system's web server (policy-rc.d says no).
+case " $missing " in *" nginx "*)
+	if [ ! -e /usr/sbin/policy-rc.d ]; then
+		printf '#!/bin/sh\nexit 101\n' | $sudo tee /usr/sbin/policy-rc.d >/dev/null
+		$sudo chmod 755 /usr/sbin/policy-rc.d
+		trap '$sudo rm -f /usr/sbin/policy-rc.d' EXIT
+	fi ;;
+esac
 $sudo apt-get update -qq
 # shellcheck disable=SC2086
 $sudo apt-get install -y -qq --no-install-recommends $missing >&2
