@@ -325,8 +325,11 @@ static const char *str(json_t *j, const char *path)
 
 static void test_answers(void)
 {
-	ds_api_out o = { DS_API_COMPLETION, "cmpl-1", 1700000000, "m", "Hi\n\"x\"",
-			 6, "stop", 4, 3 };
+	static const int32_t ids[3] = { 7, 0, 383 };
+	ds_api_out o = { .kind = DS_API_COMPLETION, .id = "cmpl-1",
+			 .created = 1700000000, .model = "m", .text = "Hi\n\"x\"",
+			 .n_text = 6, .finish = "stop", .prompt_tokens = 4,
+			 .completion_tokens = 3 };
 	json_t *j, *c, *u;
 	char *s;
 
@@ -341,6 +344,7 @@ static void test_answers(void)
 	T_CHECK(json_integer_value(json_object_get(c, "index")) == 0);
 	T_CHECK(!strcmp(str(c, "text"), "Hi\n\"x\"") && !strcmp(str(c, "finish_reason"), "stop"));
 	T_CHECK(json_is_null(json_object_get(c, "logprobs")));
+	T_CHECK(json_object_get(c, "tokens") == NULL);
 	T_CHECK(json_integer_value(json_object_get(u, "prompt_tokens")) == 4);
 	T_CHECK(json_integer_value(json_object_get(u, "completion_tokens")) == 3);
 	T_CHECK(json_integer_value(json_object_get(u, "total_tokens")) == 7);
@@ -350,9 +354,14 @@ static void test_answers(void)
 	o.kind = DS_API_CHAT;
 	o.id = "chatcmpl-2";
 	o.finish = "length";
+	o.tokens = ids;
+	o.n_tokens = 3;
+	o.with_tokens = 1;
 	s = ds_api_answer(&o);
 	j = load(s);
 	c = json_array_get(json_object_get(j, "choices"), 0);
+	T_CHECK(json_array_size(json_object_get(c, "tokens")) == 3 &&
+		json_integer_value(json_array_get(json_object_get(c, "tokens"), 2)) == 383);
 	T_CHECK(!strcmp(str(j, "object"), "chat.completion"));
 	T_CHECK(!strcmp(str(json_object_get(c, "message"), "role"), "assistant"));
 	T_CHECK(!strcmp(str(json_object_get(c, "message"), "content"), "Hi\n\"x\""));
@@ -377,7 +386,9 @@ static json_t *event(const char *ev, size_t n)
 
 static void test_chunks(void)
 {
-	ds_api_out o = { DS_API_CHAT, "chatcmpl-3", 1, "m", "a\nb", 3, NULL, 2, 5 };
+	ds_api_out o = { .kind = DS_API_CHAT, .id = "chatcmpl-3", .created = 1,
+			 .model = "m", .text = "a\nb", .n_text = 3,
+			 .prompt_tokens = 2, .completion_tokens = 5 };
 	json_t *j, *c;
 	size_t n;
 	char *s;
