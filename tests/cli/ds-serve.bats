@@ -728,7 +728,8 @@ print(*[x.getsockname()[1] for x in s])')
 	for p in "$p0" "$p1"; do
 		URL=http://127.0.0.1:$p
 		n=$(metric 'ds_requests_total{endpoint="/v1/completions",status="200"}')
-		[ "${n:-0}" -ge 1 ] || { echo "instance on port $p answered none"; return 1; }
+		[ "${n:-0}" -ge 1 ] ||
+			{ echo "instance on port $p answered none"; cat "$T"/*.log; return 1; }
 		total=$((total + n))
 	done
 	[ "$total" -eq 6 ]
