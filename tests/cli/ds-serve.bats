@@ -29,15 +29,26 @@ teardown_file() {
 setup() {
 	T=$F/t$BATS_TEST_NUMBER
 	mkdir -p "$T"
-	PIDS=""
+	PIDS=""                 # killed at the end
+	SERVERS=""              # stopped with SIGTERM: each must exit 0
 	N=0
 }
 
 teardown() {
-	local p
+	local p st bad=0
 	for p in $PIDS; do kill -KILL "$p" 2>/dev/null || true; done
+	for p in $SERVERS; do
+		kill -0 "$p" 2>/dev/null || continue
+		kill -TERM "$p"         # then INT: drain nothing (a test may
+		kill -INT "$p"          # have failed with requests running)
+		st=0
+		wait "$p" || st=$?
+		# the sanitized build's reports end the server with another status
+		[ "$st" -eq 0 ] || { echo "ds-serve $p exited $st"; cat "$T"/*.log; bad=1; }
+	done
 	wait 2>/dev/null || true
 	rm -rf "$T"
+	return $bad
 }
 
 # ---- helpers -------------------------------------------------------------------
@@ -49,7 +60,7 @@ start() {
 	LOG=$T/serve.$N.log
 	"$DS_BIN/ds-serve" -m "${MODEL:-$F/m}" --port 0 "$@" 2>"$LOG" 3>&- &
 	PID=$!
-	PIDS="$PIDS $PID"
+	SERVERS="$SERVERS $PID"
 	wait_port && wait_code /health 200
 }
 
@@ -188,7 +199,7 @@ for f in ("/proc/net/tcp", "/proc/net/tcp6"):
 	LOG=$T/slow.log
 	"$DS_BIN/ds-serve" -m "$T/slow" --port 0 2>"$LOG" 3>&- &
 	PID=$!
-	PIDS="$PIDS $PID"
+	SERVERS="$SERVERS $PID"
 	wait_port
 	CODE=$(curl -s -o "$T/out" -w '%{http_code}' "$URL/health")
 	[ "$CODE" = 503 ]
@@ -513,9 +524,11 @@ EOF
 @test "503 with Retry-After when the slots and the queue are full" {
 	start --parallel 1 --queue 1 --ctx-size 16384
 	curl -s -o /dev/null -d "$LONG" "$URL/v1/completions" 3>&- &
+	PIDS="$PIDS $!"
 	a=$!
 	until_metric ds_active_slots 1
 	curl -s -o /dev/null -d "$LONG" "$URL/v1/completions" 3>&- &
+	PIDS="$PIDS $!"
 	b=$!
 	until_metric ds_queue_depth 1
 	post /v1/completions '{"prompt": "c", "max_tokens": 1}'
@@ -548,13 +561,19 @@ def closed_after(send, every):
         got = b""
     return got, time.time() - t0
 head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 40\r\n\r\n"
-got, dt = closed_after([], 0)
-print("idle", got == b"", 0.8 < dt < 4)
-got, dt = closed_after([head + b'{"pro'], 0)
-print("stalled", got == b"", 0.8 < dt < 4)
-# a byte every 0.3 s: never idle for 1 s, still cut off after about 1 s
-got, dt = closed_after([head] + [b" "] * 20, 0.3)
-print("dribbled", got == b"", dt < 5)
+cases = {"idle": ([], 0), "stalled": ([head + b'{"pro'], 0),
+         # a byte every 0.3 s: never idle for 1 s, still cut off
+         "dribbled": ([head] + [b" "] * 20, 0.3)}
+res = {}
+def run(k):
+    res[k] = closed_after(*cases[k])
+import threading
+th = [threading.Thread(target=run, args=(k,)) for k in cases]
+for t in th: t.start()
+for t in th: t.join()
+for k in cases:
+    got, dt = res[k]
+    print(k, got == b"", 0.8 < dt < 3)
 EOF
 	echo "$output"
 	[ "${lines[0]}" = "idle True True" ]
@@ -568,6 +587,7 @@ EOF
 @test "a client that disconnects cancels its request and frees its slot" {
 	start --parallel 1 --ctx-size 16384
 	curl -sN -o "$T/sse" -d "$LONG_STREAM" "$URL/v1/completions" 3>&- &
+	PIDS="$PIDS $!"
 	c=$!
 	until_metric ds_active_slots 1
 	for i in $(seq 100); do [ -s "$T/sse" ] && break; sleep 0.05; done
@@ -589,6 +609,7 @@ EOF
 @test "continuous batching: a new request joins while another decodes" {
 	start --parallel 2 --ctx-size 16384
 	curl -sN -o "$T/sse" -d "$LONG_STREAM" "$URL/v1/completions" 3>&- &
+	PIDS="$PIDS $!"
 	c=$!
 	until_metric ds_active_slots 1
 	post /v1/completions '{"prompt": "short", "max_tokens": 8, "ignore_eos": true}'
@@ -613,12 +634,14 @@ EOF
 	done
 	# shellcheck disable=SC2086
 	wait $pids
-	for i in 1 2 3 4 5 6 7; do
-		[ "$(j "$T/par.$i" 'd["choices"][0]["tokens"], d["choices"][0]["text"]')" = \
-		  "$(j "$T/seq.$i" 'd["choices"][0]["tokens"], d["choices"][0]["text"]')" ] ||
-			{ echo "request $i differs"; return 1; }
-	done
-	[ "$(j "$T/seq.7" 'len(d["choices"][0]["tokens"]) > 0')" = True ]
+	run $PY -c 'import json, sys
+for i in range(1, 8):
+    a, b = (json.load(open("%s/%s.%d" % (sys.argv[1], k, i)))["choices"][0]
+            for k in ("seq", "par"))
+    print(i, a["tokens"] == b["tokens"] and a["text"] == b["text"] and
+          len(a["tokens"]) > 0)' "$T"
+	echo "$output"
+	[ "$output" = "$(printf '%s True\n' 1 2 3 4 5 6 7)" ]
 }
 
 # ---- signals ---------------------------------------------------------------------------
@@ -628,8 +651,10 @@ EOF
 	kill -HUP "$PID"
 	wait_code /health 200
 	curl -s -o "$T/a" -d '{"prompt": "a", "max_tokens": 400, "ignore_eos": true}' "$URL/v1/completions" 3>&- &
+	PIDS="$PIDS $!"
 	a=$!
 	curl -sN -o "$T/b" -d '{"prompt": "b", "max_tokens": 400, "ignore_eos": true, "stream": true}' "$URL/v1/completions" 3>&- &
+	PIDS="$PIDS $!"
 	b=$!
 	until_metric ds_active_slots 2
 	kill -TERM "$PID"
@@ -651,8 +676,10 @@ EOF
 @test "the drain is bounded by --timeout (and a second signal ends it); SIGINT too" {
 	start --parallel 2 --ctx-size 16384 --timeout 1
 	curl -s -o "$T/a" -d "$LONG" "$URL/v1/completions" 3>&- &
+	PIDS="$PIDS $!"
 	a=$!
 	curl -sN -o "$T/b" -d "$LONG_STREAM" "$URL/v1/completions" 3>&- &
+	PIDS="$PIDS $!"
 	b=$!
 	until_metric ds_active_slots 2
 	t0=$(date +%s%N)
@@ -668,6 +695,7 @@ EOF
 	# a second signal does not wait at all
 	start --parallel 1 --ctx-size 16384
 	curl -s -o /dev/null -d "$LONG" "$URL/v1/completions" 3>&- &
+	PIDS="$PIDS $!"
 	until_metric ds_active_slots 1
 	t0=$(date +%s%N)
 	kill -TERM "$PID"
@@ -705,7 +733,7 @@ print(*[x.getsockname()[1] for x in s])')
 	while read -r -a cmd; do
 		[ "${cmd[0]}" = ds-serve ]
 		"$DS_BIN/ds-serve" "${cmd[@]:1}" 2>"$T/inst.$k.log" 3>&- &
-		PIDS="$PIDS $!"
+		SERVERS="$SERVERS $!"
 		k=$((k + 1))
 	done <"$T/cmds"
 	chmod 755 "$T"
