@@ -9,6 +9,7 @@
 
 #include "kbench.h"
 #include "kernels.h"
+#include "types.h"
 #include "util.h"
 
 enum { FMT_MD, FMT_CSV, FMT_JSON };
@@ -20,8 +21,10 @@ struct out {
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: ds-bench --kernels [--cpus LIST] [-o md|csv|json] [-q] [-t N,...]\n"
-		"       ds-bench --membw [--cpus LIST] [-o md|csv|json] [-t N,...]\n");
+		"usage: ds-bench --kernels [--cpu-time] [--cpus LIST] [-o md|csv|json] [-q]\n"
+		"                [-s NxK] [-t N,...] [-w TYPE,...]\n"
+		"       ds-bench --membw [--cpu-time] [--cpus LIST] [-o md|csv|json] [-q]\n"
+		"                [-t N,...]\n");
 }
 
 static void emit(void *arg, const ds_kbench_row *r)
@@ -91,14 +94,17 @@ static int parse_threads(const char *s, int *t, int max)
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
+		{ "cpu-time", no_argument, NULL, 'C' },
 		{ "cpus", required_argument, NULL, 'c' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "kernels", no_argument, NULL, 'K' },
 		{ "membw", no_argument, NULL, 'M' },
 		{ "output", required_argument, NULL, 'o' },
 		{ "quick", no_argument, NULL, 'q' },
+		{ "shape", required_argument, NULL, 's' },
 		{ "threads", required_argument, NULL, 't' },
 		{ "version", no_argument, NULL, 'V' },
+		{ "weights", required_argument, NULL, 'w' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int threads[16] = { 1, 2 }, nthreads = 2, mode = 0, c, rc;
@@ -107,8 +113,9 @@ int main(int argc, char **argv)
 	ds_err err;
 
 	memset(&o, 0, sizeof o);
-	while ((c = getopt_long(argc, argv, "ho:qt:", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "ho:qs:t:w:", lo, NULL)) != -1) {
 		switch (c) {
+		case 'C': o.cpu_time = 1; break;
 		case 'c': o.cpus = optarg; break;
 		case 'h': usage(stdout); return 0;
 		case 'K': mode = 'K'; break;
@@ -123,6 +130,19 @@ int main(int argc, char **argv)
 			}
 			break;
 		case 'q': o.quick = 1; break;
+		case 's': {
+			unsigned long long n, k;
+			char tail;
+
+			if (sscanf(optarg, "%llux%llu%c", &n, &k, &tail) != 2 || n < 1 || k < 1 ||
+			    n > 65536 || k > 65536) {
+				fprintf(stderr, "ds-bench: -s %s: expected NxK, each 1 to 65536\n", optarg);
+				return 2;
+			}
+			o.mm_n = n;
+			o.mm_k = k;
+			break;
+		}
 		case 't':
 			nthreads = parse_threads(optarg, threads, 16);
 			if (nthreads < 1) {
@@ -131,6 +151,7 @@ int main(int argc, char **argv)
 			}
 			break;
 		case 'V': printf("ds-bench %s\n", DS_VERSION); return 0;
+		case 'w': o.types = optarg; break;
 		default: usage(stderr); return 2;
 		}
 	}
@@ -142,15 +163,39 @@ int main(int argc, char **argv)
 		fprintf(stderr, "ds-bench: %s\n", err.msg);
 		return 1;
 	}
+	if (o.types) {
+		const char *p = o.types;
+
+		/* a bad type is a usage error: check before anything runs */
+		while (*p) {
+			char name[16];
+			size_t len = strcspn(p, ",");
+			ds_ttype t;
+
+			if (len == 0 || len >= sizeof name) {
+				fprintf(stderr, "ds-bench: -w %s: empty or overlong type\n", o.types);
+				return 2;
+			}
+			memcpy(name, p, len);
+			name[len] = '\0';
+			if (ds_ttype_parse(name, &t) != 0 || t.dt == DS_I32) {
+				fprintf(stderr, "ds-bench: -w %s: not a weight type\n", name);
+				return 2;
+			}
+			p += len + (p[len] == ',');
+		}
+	}
 	o.threads = threads;
 	o.nthreads = nthreads;
 	if (out.fmt == FMT_CSV)
 		printf("op,type,n,k,t,threads,sec,gbs,gops,ratio,us,ghz\n");
 	else if (out.fmt == FMT_JSON)
-		printf("{\"isa\": \"%s\", \"rows\": [", ds_kernels_name());
+		printf("{\"isa\": \"%s\", \"clock\": \"%s\", \"rows\": [", ds_kernels_name(),
+		       o.cpu_time ? "cpu" : "wall");
 	else
-		printf("kernels: %s\n\n| op | type | shape | T | threads | ms | GB/s | GOP/s | ratio |\n"
-		       "|---|---|---|---|---|---|---|---|---|\n", ds_kernels_name());
+		printf("kernels: %s, times by %s\n\n| op | type | shape | T | threads | ms | GB/s | GOP/s | ratio |\n"
+		       "|---|---|---|---|---|---|---|---|---|\n", ds_kernels_name(),
+		       o.cpu_time ? "CPU time per thread" : "the wall clock");
 	rc = mode == 'K' ? ds_kbench_kernels(&o, emit, &out, &err)
 			 : ds_kbench_membw(&o, emit, &out, &err);
 	if (out.fmt == FMT_JSON)

@@ -4,10 +4,10 @@
  */
 #include <errno.h>
 #include <jansson.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <getopt.h>
 #include <math.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +20,7 @@
 #include "modelfile.h"
 #include "sampler.h"
 #include "scheduler.h"
+#include "sysinfo/sysinfo.h"
 #include "threads.h"
 #include "tokenizer/tokenizer.h"
 #include "util.h"
@@ -31,12 +32,13 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: %s -m DIR [-n N] [--ctx-size N] [--threads N] [--temp T]\n"
 		"              [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]\n"
-		"              [--repeat-last-n N] [--seed S] [--stop STR]... [--ids | --jsonl]\n"
+		"              [--repeat-last-n N] [--seed S] [--stop STR ...] [--ids | --jsonl]\n"
 		"              [--logits-out FILE] [--parallel N] [-p TEXT | -f FILE] [--chat]\n"
 		"              [--chat-template NAME] [--perplexity] [--truncate] [--verify]\n"
 		"              [--mlock] [--no-populate] [--hugepages] [--numa MODE]\n"
-		"              [--cpus LIST] [--sched-fifo PRIO] [--cache-type TYPE] [--verbose]\n",
-		prog);
+		"              [--cpus LIST] [--sched-fifo PRIO] [--cache-type TYPE] [--verbose]\n"
+		"       %s -h | --version\n",
+		prog, prog);
 }
 
 static void warnx_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -270,6 +272,9 @@ typedef struct rq {
 	size_t n_text, cap_text;
 	ds_tok_stream ts;
 	ds_stopper stopper;
+	ds_tok_text piece;         /* a token's text (reused) */
+	char *shown;               /* what the stop strings let through */
+	size_t n_shown, cap_shown;
 	int done;
 	int stop_hit;              /* a stop string ended it */
 	enum ds_finish why;
@@ -300,8 +305,10 @@ typedef struct run {
 	rq **rqs;
 	size_t n_rqs, cap_rqs, head;
 	int failed;                /* an output error */
+	int bad;                   /* another error, already reported */
 	double t0;
-	size_t tot_prompt, tot_gen;
+	size_t tot_prompt, tot_gen, n_dec;
+	double t_pre, t_dec;          /* summed over the requests */
 	double t_first, t_last;
 } run;
 
@@ -432,6 +439,8 @@ static void rq_free(rq *q)
 	free(q->buf);
 	free(q->lg);
 	free(q->text);
+	free(q->shown);
+	ds_tok_text_free(&q->piece);
 	ds_stopper_free(&q->stopper);
 	free(q);
 }
@@ -483,28 +492,32 @@ static void keep_text(rq *q, const char *s, size_t n)
 	q->text[q->n_text] = '\0';
 }
 
-/* Decoded text of a token through the stop strings; 1 when one matched. */
+/* Decoded text of a token through the stop strings; 1 when one matched.
+ * The piece and shown buffers live in the request: nothing is allocated
+ * per token once they have grown. */
 static int text_piece(rq *q, int32_t t)
 {
 	run *r = q->run;
-	ds_tok_text piece = { 0 };
-	char *shown = NULL;
-	size_t n_shown = 0, cap = 0;
 	ds_err err;
 	int stop = 0;
 
-	if (ds_tok_stream_push(&q->ts, t, &piece, &err) ||
-	    (stop = ds_stopper_push(&q->stopper, piece.s ? piece.s : "", piece.n,
-				    &shown, &n_shown, &cap, &err)) < 0) {
+	q->piece.n = 0;
+	q->n_shown = 0;
+	/* ids past the tokenizer's (a vocabulary padded for the kernels, or
+	 * a random model's) have no text */
+	if ((uint32_t)t >= ds_tok_n_vocab(r->tok))
+		return 0;
+	if (ds_tok_stream_push(&q->ts, t, &q->piece, &err) ||
+	    (stop = ds_stopper_push(&q->stopper, q->piece.s ? q->piece.s : "",
+				    q->piece.n, &q->shown, &q->n_shown,
+				    &q->cap_shown, &err)) < 0) {
 		warnx_("%s", err.msg);
-		r->failed = 1;
+		r->bad = 1;
 		stop = 1;
 	}
 	if (r->o->out == OUT_TEXT)
-		out_bytes(q, shown, n_shown);
-	keep_text(q, shown, n_shown);
-	free(shown);
-	ds_tok_text_free(&piece);
+		out_bytes(q, q->shown, q->n_shown);
+	keep_text(q, q->shown, q->n_shown);
 	return stop;
 }
 
@@ -531,23 +544,21 @@ static int cb_token(void *u, int32_t t)
 /* The text the decoder and the stop strings still hold. */
 static void text_tail(rq *q)
 {
-	ds_tok_text piece = { 0 };
-	char *shown = NULL;
-	size_t n_shown = 0, cap = 0;
 	ds_err err;
 
-	if (ds_tok_stream_finish(&q->ts, &piece, &err) ||
-	    ds_stopper_push(&q->stopper, piece.s ? piece.s : "", piece.n, &shown,
-			    &n_shown, &cap, &err) < 0 ||
-	    ds_stopper_flush(&q->stopper, &shown, &n_shown, &cap, &err)) {
+	q->piece.n = 0;
+	q->n_shown = 0;
+	if (ds_tok_stream_finish(&q->ts, &q->piece, &err) ||
+	    ds_stopper_push(&q->stopper, q->piece.s ? q->piece.s : "", q->piece.n,
+			    &q->shown, &q->n_shown, &q->cap_shown, &err) < 0 ||
+	    ds_stopper_flush(&q->stopper, &q->shown, &q->n_shown, &q->cap_shown,
+			     &err)) {
 		warnx_("%s", err.msg);
-		q->run->failed = 1;
+		q->run->bad = 1;
 	}
 	if (q->run->o->out == OUT_TEXT)
-		out_bytes(q, shown, n_shown);
-	keep_text(q, shown, n_shown);
-	free(shown);
-	ds_tok_text_free(&piece);
+		out_bytes(q, q->shown, q->n_shown);
+	keep_text(q, q->shown, q->n_shown);
 }
 
 static void cb_done(void *u, enum ds_finish why, const ds_req_stats *st)
@@ -561,12 +572,21 @@ static void cb_done(void *u, enum ds_finish why, const ds_req_stats *st)
 		text_tail(q);
 	out_final(q);
 	q->done = 1;
+	if (r->o->verbose)
+		warnx_("request %zu: %zu prompt tokens, %zu generated, %s",
+		       q->index + 1, st->prompt_tokens, st->completion_tokens,
+		       ds_finish_name(why));
 	if (r->o->chat) {
 		free(r->last_answer);
 		r->last_answer = strndup(q->text ? q->text : "", q->n_text);
 	}
 	r->tot_prompt += st->prompt_tokens;
 	r->tot_gen += st->completion_tokens;
+	if (st->prompt_tokens) {
+		r->t_pre += st->t_prompt - st->t_start;
+		r->t_dec += st->t_end - st->t_prompt;
+		r->n_dec += st->completion_tokens ? st->completion_tokens - 1 : 0;
+	}
 	if (r->t_first == 0 || st->t_start < r->t_first)
 		r->t_first = st->t_start;
 	r->t_last = st->t_end;
@@ -674,8 +694,9 @@ static int parse_ids(const run *r, const char *s, size_t line, int32_t **out,
 		}
 		if (errno == ERANGE || x >= (long)r->n_vocab) {
 			free(v);
-			return ds_errf(err, "line %zu: token id %.20s is not below "
-				       "the vocabulary size %u", line, s, r->n_vocab);
+			return ds_errf(err, "line %zu: token id %.*s is not below "
+				       "the vocabulary size %u", line,
+				       (int)(e - s < 20 ? e - s : 20), s, r->n_vocab);
 		}
 		if (grow((void **)&v, &cap, k + 1, sizeof *v)) {
 			free(v);
@@ -775,7 +796,7 @@ static int read_requests(run *r, ds_err *err)
 			rc = -1;
 		else if ((q = rq_add(r, ids, n)) == NULL)
 			rc = ds_errf(err, "out of memory");
-		else
+		else if (!r->o->perplexity)   /* there, all lines are one text */
 			rc = fit_prompt(r, q, line, err);
 	}
 	if (rc == 0 && ferror(stdin))
@@ -959,21 +980,6 @@ static double rss_mib(void)
 	return (double)resident * (double)sysconf(_SC_PAGESIZE) / (1 << 20);
 }
 
-static int sched_fifo(long prio, ds_err *err)
-{
-	struct sched_param sp;
-
-	memset(&sp, 0, sizeof sp);
-	sp.sched_priority = (int)prio;
-	if (sched_setscheduler(0, SCHED_FIFO, &sp) == 0)
-		return 0;
-	if (errno == EPERM)
-		return ds_errf(err, "--sched-fifo %ld: not permitted: SCHED_FIFO "
-			       "needs CAP_SYS_NICE (root, or setcap "
-			       "cap_sys_nice+ep on ds-run)", prio);
-	return ds_errf(err, "--sched-fifo %ld: %s", prio, strerror(errno));
-}
-
 /* Does this run need the tokenizer (1), use it if present (0)? */
 static int tok_needed(const opts *o)
 {
@@ -1106,8 +1112,14 @@ static int setup(run *r, ds_err *err)
 	ds_pool_opts po = { (int)o->threads, o->cpus, 0 };
 	ds_fwd_opts fo = { 0 };
 
-	if (o->sched_fifo && sched_fifo(o->sched_fifo, err))
-		return -1;
+	ds_cpuset cpus;
+
+	/* the tune library's checks: CPUs this process may use; SCHED_FIFO
+	 * before the pool, whose threads inherit it */
+	if (o->cpus && ds_cpus_arg(o->cpus, &cpus, err))
+		return ds_err_prefix(err, "--cpus");
+	if (o->sched_fifo && ds_sched_fifo((int)o->sched_fifo, err))
+		return ds_err_prefix(err, "--sched-fifo");
 	if (ds_pool_init(&r->pool, &po, err) || load_model(r, err) ||
 	    load_tokenizer(r, err))
 		return -1;
@@ -1127,6 +1139,18 @@ static int setup(run *r, ds_err *err)
 	return 0;
 }
 
+/* An interrupted run leaves no FILE.tmp behind (unlink is
+ * async-signal-safe). */
+static const char *volatile tmp_to_remove;
+
+static void on_signal(int sig)
+{
+	if (tmp_to_remove != NULL)
+		unlink(tmp_to_remove);
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
 static int open_logits(run *r, ds_err *err)
 {
 	if (r->o->logits_out == NULL)
@@ -1138,6 +1162,11 @@ static int open_logits(run *r, ds_err *err)
 	r->lf = fopen(r->lf_tmp, "wb");
 	if (r->lf == NULL)
 		return ds_errf(err, "%s: %s", r->lf_tmp, strerror(errno));
+	tmp_to_remove = r->lf_tmp;
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+	signal(SIGHUP, on_signal);
+	signal(SIGPIPE, on_signal);
 	return 0;
 }
 
@@ -1155,6 +1184,7 @@ static int close_logits(run *r, int ok, ds_err *err)
 		rc = ds_errf(err, "%s: %s", r->o->logits_out, strerror(errno));
 	if (!ok || rc)
 		unlink(r->lf_tmp);
+	tmp_to_remove = NULL;
 	free(r->lf_tmp);
 	return rc;
 }
@@ -1183,9 +1213,13 @@ static void verbose_end(const run *r)
 {
 	double t = r->t_last - r->t_first;
 
-	warnx_("%zu prompt tokens, %zu generated, %.3f s (%.2f tokens/s "
-	       "generated)", r->tot_prompt, r->tot_gen, t,
-	       t > 0 ? r->tot_gen / t : 0);
+	/* prompt: tokens / time to the first sampled token; decode: the
+	 * tokens sampled after the first / the time after it (summed over
+	 * the requests, so with --parallel each is its own request's rate) */
+	warnx_("%zu prompt tokens in %.3f s (%.1f tokens/s), %zu generated in "
+	       "%.3f s (%.2f tokens/s decoding), %.3f s in all", r->tot_prompt,
+	       r->t_pre, r->t_pre > 0 ? r->tot_prompt / r->t_pre : 0, r->tot_gen,
+	       r->t_dec, r->t_dec > 0 ? r->n_dec / r->t_dec : 0, t);
 	warnx_("RSS %.1f MiB", rss_mib());
 }
 
@@ -1204,7 +1238,9 @@ static int work(run *r, ds_err *err)
 	} else if (read_requests(r, err) || submit_all(r, err)) {
 		return -1;
 	}
-	return r->failed ? ds_errf(err, "stdout: write error") : 0;
+	if (r->failed)
+		return ds_errf(err, "stdout: write error");
+	return r->bad ? ds_errf(err, "giving up after the error above") : 0;
 }
 
 int main(int argc, char **argv)

@@ -553,7 +553,9 @@ static uint64_t read_probe(const uint8_t *p, size_t n)
  * instructions); bf16 is widened to fp32 FMA. */
 #define PEAK_ACC 10
 #define KEEP(v) __asm__ volatile("" : "+x"(v))
-#define STEP(A) A = OP(A); KEEP(A)
+/* w is touched every round so the compiler cannot hoist vpmaddubsw,
+ * which does not depend on the accumulator, out of the loop */
+#define STEP(A) KEEP(w); A = OP(A); KEEP(A)
 #define PEAK_LOOP(T, init)                                                  \
 	do {                                                                \
 		T a0 = init, a1 = init, a2 = init, a3 = init, a4 = init;     \

@@ -18,9 +18,8 @@
 
 #define AI static inline __attribute__((always_inline))
 #define TT_MAX 6   /* activation rows per tile (register budget) */
-#ifndef PF_AHEAD
-#define PF_AHEAD 2048
-#endif
+/* bytes of weights prefetched ahead when one activation row streams them */
+#define PF_AHEAD 4096
 
 AI __m512i bcast32(const void *p)
 {
@@ -28,6 +27,27 @@ AI __m512i bcast32(const void *p)
 
 	memcpy(&v, p, 4);
 	return _mm512_set1_epi32(v);
+}
+
+/* Masked loads and stores, plain ones for whole vectors: the masked forms
+ * are slower on some cores (twice as slow in the attention loop on the
+ * Zen 5 this was tuned on). */
+AI __m512 ldm(__mmask16 m, const void *p)
+{
+	return m == 0xffff ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(m, p);
+}
+
+AI void stm(void *p, __mmask16 m, __m512 v)
+{
+	if (m == 0xffff)
+		_mm512_storeu_ps(p, v);
+	else
+		_mm512_mask_storeu_ps(p, m, v);
+}
+
+AI __m256i ld16m(__mmask16 m, const void *p)
+{
+	return m == 0xffff ? _mm256_loadu_si256(p) : _mm256_maskz_loadu_epi16(m, p);
 }
 
 AI __mmask16 row_mask(const ds_mat *w, size_t rs)
@@ -70,78 +90,140 @@ AI __m512 exp512(__m512 x)
 	return _mm512_scalef_ps(p, n);
 }
 
-/* ---- q4: w = S (q - Z) ------------------------------------------------------ */
+/* ---- q4 (w = S (q - Z)) and q8 (w = S (u - 128)) ----------------------- */
 
-/* One row-set by TT activation rows t0.. (see scalar.c qrow_dot). */
-AI void q4_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x,
-		size_t t0, float *y, size_t ldy, __mmask16 m, const int TT)
+/* R row-sets (1 or 2) by TT activation rows from t0 (see scalar.c
+ * qrow_dot): per 32-block the exact integer dot products, one conversion
+ * and one FMA by the block scale; per group the weight scale and zero.
+ * Two row-sets share each activation broadcast between two vpdpbusd; one
+ * row-set keeps two integer chains per row so the vpdpbusd latency stays
+ * hidden.  The float operations are the same in every variant, so a
+ * row's result does not depend on the tile it was computed in. */
+AI void q_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
+	       float *y, size_t ldy, __mmask16 m0, __mmask16 m1, const int is4,
+	       const int R, const int TT)
 {
-	const size_t kp = w->kp, G = w->type.group, ng = kp / G;
-	const size_t nb = x->ldq / DS_QBLOCK;
-	const uint8_t *sc = rs + 8 * kp, *zp = sc + 32 * ng;
+	const size_t kp = w->kp, G = w->type.group, ng = kp / G, rsb = w->rs_bytes;
+	const size_t nb = x->ldq / DS_QBLOCK, ldq = x->ldq;
+	const uint8_t *sc = rs + (is4 ? 8 : 16) * kp, *zp = sc + 32 * ng;
+	const int8_t *xq = x->q + t0 * ldq;
+	const float *xd = x->qd + t0 * nb, *xs = x->qs + t0 * nb;
 	const __m512i m4 = _mm512_set1_epi8(15);
-	const int8_t *xq[TT_MAX];
-	const float *xd[TT_MAX], *xs[TT_MAX];
-	__m512 acc[TT_MAX];
+	__m512 acc[2][TT_MAX];
 	size_t g, k;
-	int t, c;
+	int t, c, r;
 
-	#pragma GCC unroll 8
-	for (t = 0; t < TT; t++) {
-		xq[t] = x->q + (t0 + t) * x->ldq;
-		xd[t] = x->qd + (t0 + t) * nb;
-		xs[t] = x->qs + (t0 + t) * nb;
-		acc[t] = _mm512_setzero_ps();
-	}
+#pragma GCC unroll 8
+	for (t = 0; t < TT; t++)
+		acc[0][t] = acc[1][t] = _mm512_setzero_ps();
 	for (g = 0; g < ng; g++) {
-		__m512 s = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(sc + 32 * g)));
-		__m512 z = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
-			_mm_loadu_si128((const void *)(zp + 16 * g))));
-		__m512 A[TT_MAX];
+		__m512 A[2][TT_MAX];
 		float S[TT_MAX];
 
-		#pragma GCC unroll 8
+#pragma GCC unroll 8
 		for (t = 0; t < TT; t++) {
-			A[t] = _mm512_setzero_ps();
+			A[0][t] = A[1][t] = _mm512_setzero_ps();
 			S[t] = 0;
 		}
 		for (k = g * G; k < (g + 1) * G; k += DS_QBLOCK) {
-			const uint8_t *wp = rs + 8 * k;
-			__m512i lo[TT_MAX], hi[TT_MAX];
+			__m512i d0[2][TT_MAX], d1[TT_MAX];
 
-			#pragma GCC unroll 8
+#pragma GCC unroll 8
 			for (t = 0; t < TT; t++)
-				lo[t] = hi[t] = _mm512_setzero_si512();
-			#pragma GCC unroll 8
-			for (c = 0; c < 4; c++) {
-				__m512i wv = _mm512_loadu_si512(wp + 64 * c);
-				__m512i wl = _mm512_and_si512(wv, m4);
-				__m512i wh = _mm512_and_si512(_mm512_srli_epi16(wv, 4), m4);
+				d0[0][t] = d0[1][t] = d1[t] = _mm512_setzero_si512();
+			/* decode streams the weights from memory: keep PF_AHEAD
+			 * bytes of each row-set in flight */
+			if (TT == 1)
+#pragma GCC unroll 2
+				for (r = 0; r < R; r++)
+#pragma GCC unroll 8
+					for (c = 0; c < 8; c++)
+						if (is4 == 0 || c < 4)
+							_mm_prefetch((const char *)rs + r * rsb +
+								     (is4 ? 8 : 16) * k + 64 * c +
+								     PF_AHEAD, _MM_HINT_T0);
+			if (is4) {
+#pragma GCC unroll 4
+				for (c = 0; c < 4; c++) {
+					__m512i lo[2], hi[2];
 
-				#pragma GCC unroll 8
-				for (t = 0; t < TT; t++) {
-					lo[t] = _mm512_dpbusd_epi32(lo[t], wl,
-						bcast32(xq[t] + k + 8 * c));
-					hi[t] = _mm512_dpbusd_epi32(hi[t], wh,
-						bcast32(xq[t] + k + 8 * c + 4));
+#pragma GCC unroll 2
+					for (r = 0; r < R; r++) {
+						__m512i v = _mm512_loadu_si512(rs + r * rsb + 8 * k + 64 * c);
+
+						lo[r] = _mm512_and_si512(v, m4);
+						hi[r] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+					}
+#pragma GCC unroll 8
+					for (t = 0; t < TT; t++) {
+						__m512i bl = bcast32(xq + t * ldq + k + 8 * c);
+						__m512i bh = bcast32(xq + t * ldq + k + 8 * c + 4);
+
+						if (R == 1) {
+							d0[0][t] = _mm512_dpbusd_epi32(d0[0][t], lo[0], bl);
+							d1[t] = _mm512_dpbusd_epi32(d1[t], hi[0], bh);
+							continue;
+						}
+#pragma GCC unroll 2
+						for (r = 0; r < R; r++)
+							d0[r][t] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(
+								d0[r][t], lo[r], bl), hi[r], bh);
+					}
+				}
+			} else {
+#pragma GCC unroll 8
+				for (c = 0; c < 8; c++) {
+					__m512i v[2];
+
+#pragma GCC unroll 2
+					for (r = 0; r < R; r++)
+						v[r] = _mm512_loadu_si512(rs + r * rsb + 16 * k + 64 * c);
+#pragma GCC unroll 8
+					for (t = 0; t < TT; t++) {
+						__m512i b = bcast32(xq + t * ldq + k + 4 * c);
+
+						if (R == 1 && (c & 1))
+							d1[t] = _mm512_dpbusd_epi32(d1[t], v[0], b);
+						else if (R == 1)
+							d0[0][t] = _mm512_dpbusd_epi32(d0[0][t], v[0], b);
+						else
+#pragma GCC unroll 2
+							for (r = 0; r < R; r++)
+								d0[r][t] = _mm512_dpbusd_epi32(d0[r][t], v[r], b);
+					}
 				}
 			}
-			#pragma GCC unroll 8
+#pragma GCC unroll 8
 			for (t = 0; t < TT; t++) {
-				__m512 dot = _mm512_cvtepi32_ps(_mm512_add_epi32(lo[t], hi[t]));
+				__m512 db = _mm512_set1_ps(xd[t * nb + k / DS_QBLOCK]);
 
-				A[t] = _mm512_fmadd_ps(dot, _mm512_set1_ps(xd[t][k / DS_QBLOCK]), A[t]);
-				S[t] += xs[t][k / DS_QBLOCK];
+				if (R == 1)
+					d0[0][t] = _mm512_add_epi32(d0[0][t], d1[t]);
+#pragma GCC unroll 2
+				for (r = 0; r < R; r++)
+					A[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0[r][t]), db, A[r][t]);
+				S[t] += xs[t * nb + k / DS_QBLOCK];
 			}
 		}
-		#pragma GCC unroll 8
-		for (t = 0; t < TT; t++)
-			acc[t] = _mm512_fmadd_ps(s, _mm512_fnmadd_ps(z, _mm512_set1_ps(S[t]), A[t]),
-						 acc[t]);
+#pragma GCC unroll 2
+		for (r = 0; r < R; r++) {
+			__m512 s = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(sc + r * rsb + 32 * g)));
+			__m512 z = is4 ? _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(
+					 (const void *)(zp + r * rsb + 16 * g))))
+				       : _mm512_set1_ps(128.0f);
+
+#pragma GCC unroll 8
+			for (t = 0; t < TT; t++)
+				acc[r][t] = _mm512_fmadd_ps(s, _mm512_fnmadd_ps(z, _mm512_set1_ps(S[t]),
+										A[r][t]), acc[r][t]);
+		}
 	}
-	#pragma GCC unroll 8
-	for (t = 0; t < TT; t++)
-		_mm512_mask_storeu_ps(y + (t0 + t) * ldy, m, acc[t]);
+#pragma GCC unroll 8
+	for (t = 0; t < TT; t++) {
+		stm(y + (t0 + t) * ldy, m0, acc[0][t]);
+		if (R == 2)
+			stm(y + (t0 + t) * ldy + DS_ROWSET, m1, acc[1][t]);
+	}
 }
 
 /* Decode: one activation row.  Four integer accumulators per block keep
@@ -196,96 +278,7 @@ static void q4_vec(const ds_mat *w, const uint8_t *rs, const ds_act *x,
 		}
 		acc = _mm512_fmadd_ps(s, _mm512_fnmadd_ps(z, _mm512_set1_ps(S), A), acc);
 	}
-	_mm512_mask_storeu_ps(y, m, acc);
-}
-
-static void mm_q4(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
-		  size_t rs0, size_t rs1)
-{
-	size_t rs, t;
-
-	for (rs = rs0; rs < rs1; rs++) {
-		const uint8_t *p = w->data + rs * w->rs_bytes;
-		float *yr = y + rs * DS_ROWSET;
-		__mmask16 m = row_mask(w, rs);
-
-		if (x->t == 1) {
-			q4_vec(w, p, x, yr, m);
-			continue;
-		}
-		for (t = 0; t < x->t; t += TT_MAX) {
-#define CALL(n) q4_tile(w, p, x, t, yr, ldy, m, n)
-			TILE_SWITCH(x->t - t, CALL)
-#undef CALL
-		}
-	}
-}
-
-/* ---- q8: w = S (u - 128) ---------------------------------------------------- */
-
-AI void q8_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x,
-		size_t t0, float *y, size_t ldy, __mmask16 m, const int TT)
-{
-	const size_t kp = w->kp, G = w->type.group, ng = kp / G;
-	const size_t nb = x->ldq / DS_QBLOCK;
-	const uint8_t *sc = rs + 16 * kp;
-	const int8_t *xq[TT_MAX];
-	const float *xd[TT_MAX], *xs[TT_MAX];
-	__m512 acc[TT_MAX];
-	size_t g, k;
-	int t, c;
-
-	#pragma GCC unroll 8
-	for (t = 0; t < TT; t++) {
-		xq[t] = x->q + (t0 + t) * x->ldq;
-		xd[t] = x->qd + (t0 + t) * nb;
-		xs[t] = x->qs + (t0 + t) * nb;
-		acc[t] = _mm512_setzero_ps();
-	}
-	for (g = 0; g < ng; g++) {
-		__m512 s = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(sc + 32 * g)));
-		__m512 A[TT_MAX];
-		float S[TT_MAX];
-
-		#pragma GCC unroll 8
-		for (t = 0; t < TT; t++) {
-			A[t] = _mm512_setzero_ps();
-			S[t] = 0;
-		}
-		for (k = g * G; k < (g + 1) * G; k += DS_QBLOCK) {
-			const uint8_t *wp = rs + 16 * k;
-			__m512i e[TT_MAX], o[TT_MAX];
-
-			#pragma GCC unroll 8
-			for (t = 0; t < TT; t++)
-				e[t] = o[t] = _mm512_setzero_si512();
-			#pragma GCC unroll 8
-			for (c = 0; c < 8; c += 2) {
-				__m512i w0 = _mm512_loadu_si512(wp + 64 * c);
-				__m512i w1 = _mm512_loadu_si512(wp + 64 * c + 64);
-
-				#pragma GCC unroll 8
-				for (t = 0; t < TT; t++) {
-					e[t] = _mm512_dpbusd_epi32(e[t], w0, bcast32(xq[t] + k + 4 * c));
-					o[t] = _mm512_dpbusd_epi32(o[t], w1, bcast32(xq[t] + k + 4 * c + 4));
-				}
-			}
-			#pragma GCC unroll 8
-			for (t = 0; t < TT; t++) {
-				__m512 dot = _mm512_cvtepi32_ps(_mm512_add_epi32(e[t], o[t]));
-
-				A[t] = _mm512_fmadd_ps(dot, _mm512_set1_ps(xd[t][k / DS_QBLOCK]), A[t]);
-				S[t] += xs[t][k / DS_QBLOCK];
-			}
-		}
-		#pragma GCC unroll 8
-		for (t = 0; t < TT; t++)
-			acc[t] = _mm512_fmadd_ps(s, _mm512_sub_ps(A[t], _mm512_set1_ps(128.0f * S[t])),
-						 acc[t]);
-	}
-	#pragma GCC unroll 8
-	for (t = 0; t < TT; t++)
-		_mm512_mask_storeu_ps(y + (t0 + t) * ldy, m, acc[t]);
+	stm(y, m, acc);
 }
 
 static void q8_vec(const ds_mat *w, const uint8_t *rs, const ds_act *x,
@@ -321,13 +314,14 @@ static void q8_vec(const ds_mat *w, const uint8_t *rs, const ds_act *x,
 					    _mm512_set1_ps(x->qd[k / DS_QBLOCK]), A);
 			S += x->qs[k / DS_QBLOCK];
 		}
-		acc = _mm512_fmadd_ps(s, _mm512_sub_ps(A, _mm512_set1_ps(128.0f * S)), acc);
+		acc = _mm512_fmadd_ps(s, _mm512_fnmadd_ps(_mm512_set1_ps(128.0f), _mm512_set1_ps(S), A), acc);
 	}
-	_mm512_mask_storeu_ps(y, m, acc);
+	stm(y, m, acc);
 }
 
-static void mm_q8(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
-		  size_t rs0, size_t rs1)
+/* Row-sets in pairs while there are two, activation rows in tiles. */
+AI void q_mm(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
+	     size_t rs0, size_t rs1, const int is4)
 {
 	size_t rs, t;
 
@@ -336,16 +330,49 @@ static void mm_q8(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
 		float *yr = y + rs * DS_ROWSET;
 		__mmask16 m = row_mask(w, rs);
 
-		if (x->t == 1) {
-			q8_vec(w, p, x, yr, m);
+		/* one row: pairs of row-sets too (two streams in flight), the
+		 * last odd one alone */
+		if (x->t == 1 && rs + 1 >= rs1) {
+			if (is4)
+				q4_vec(w, p, x, yr, m);
+			else
+				q8_vec(w, p, x, yr, m);
+			continue;
+		}
+		if (rs + 1 < rs1) {
+			__mmask16 m1 = row_mask(w, rs + 1);
+
+			for (t = 0; t < x->t; t += 4) {
+#define CALL(n) q_tile(w, p, x, t, yr, ldy, m, m1, is4, 2, n)
+				switch (x->t - t) {
+				case 1: CALL(1); break;
+				case 2: CALL(2); break;
+				case 3: CALL(3); break;
+				default: CALL(4); break;
+				}
+#undef CALL
+			}
+			rs++;
 			continue;
 		}
 		for (t = 0; t < x->t; t += TT_MAX) {
-#define CALL(n) q8_tile(w, p, x, t, yr, ldy, m, n)
+#define CALL(n) q_tile(w, p, x, t, yr, ldy, m, 0, is4, 1, n)
 			TILE_SWITCH(x->t - t, CALL)
 #undef CALL
 		}
 	}
+}
+
+static void mm_q4(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
+		  size_t rs0, size_t rs1)
+{
+	q_mm(w, x, y, ldy, rs0, rs1, 1);
+}
+
+static void mm_q8(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
+		  size_t rs0, size_t rs1)
+{
+	q_mm(w, x, y, ldy, rs0, rs1, 0);
 }
 
 /* ---- bf16 ------------------------------------------------------------------- */
@@ -380,7 +407,7 @@ AI void bf16_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x,
 	}
 	#pragma GCC unroll 8
 	for (t = 0; t < TT; t++)
-		_mm512_mask_storeu_ps(y + (t0 + t) * ldy, m, _mm512_add_ps(a0[t], a1[t]));
+		stm(y + (t0 + t) * ldy, m, _mm512_add_ps(a0[t], a1[t]));
 }
 
 static void mm_bf16(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
@@ -406,8 +433,8 @@ static void mm_bf16(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
 AI __m512 load_w(const uint8_t *base, int f16, size_t i, __mmask16 m)
 {
 	if (f16)
-		return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, base + 2 * i));
-	return _mm512_maskz_loadu_ps(m, base + 4 * i);
+		return _mm512_cvtph_ps(ld16m(m, base + 2 * i));
+	return ldm(m, base + 4 * i);
 }
 
 AI void rm_tile(const ds_mat *w, const ds_act *x, size_t n0, size_t t0,
@@ -436,7 +463,7 @@ AI void rm_tile(const ds_mat *w, const ds_act *x, size_t n0, size_t t0,
 
 		#pragma GCC unroll 8
 		for (t = 0; t < TT; t++)
-			xv[t] = _mm512_maskz_loadu_ps(m, xr[t] + i);
+			xv[t] = ldm(m, xr[t] + i);
 		#pragma GCC unroll 8
 		for (r = 0; r < R; r++) {
 			__m512 wv = load_w(wr[r], f16, i, m);
@@ -512,9 +539,9 @@ AI __m512 act_load(const float *x, size_t i, size_t k, const int32_t *perm,
 			v = _mm512_mul_ps(v, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, nw, 4));
 		return v;
 	}
-	v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), sv);
+	v = _mm512_mul_ps(ldm(m, x + i), sv);
 	if (nw)
-		v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, nw + i));
+		v = _mm512_mul_ps(v, ldm(m, nw + i));
 	return v;
 }
 
@@ -587,7 +614,7 @@ static float sumsq(const float *x, size_t n)
 		b = _mm512_fmadd_ps(v, v, b);
 	}
 	for (; i < n; i += 16) {
-		__m512 u = _mm512_maskz_loadu_ps(tail(n, i), x + i);
+		__m512 u = ldm(tail(n, i), x + i);
 
 		a = _mm512_fmadd_ps(u, u, a);
 	}
@@ -603,8 +630,8 @@ static void rmsnorm(const float *x, const float *w, size_t n, float eps,
 	for (i = 0; i < n; i += 16) {
 		__mmask16 m = tail(n, i);
 
-		_mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(_mm512_mul_ps(
-			_mm512_maskz_loadu_ps(m, x + i), r), _mm512_maskz_loadu_ps(m, w + i)));
+		stm(y + i, m, _mm512_mul_ps(_mm512_mul_ps(
+			ldm(m, x + i), r), ldm(m, w + i)));
 	}
 }
 
@@ -615,21 +642,21 @@ static void softmax(float *x, size_t n)
 	float inv;
 
 	for (i = 0; i < n; i += 16)
-		mv = _mm512_mask_max_ps(mv, tail(n, i), mv, _mm512_maskz_loadu_ps(tail(n, i), x + i));
+		mv = _mm512_mask_max_ps(mv, tail(n, i), mv, ldm(tail(n, i), x + i));
 	mv = _mm512_set1_ps(_mm512_reduce_max_ps(mv));
 	for (i = 0; i < n; i += 16) {
 		__mmask16 m = tail(n, i);
-		__m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), mv));
+		__m512 e = exp512(_mm512_sub_ps(ldm(m, x + i), mv));
 
 		e = _mm512_maskz_mov_ps(m, e);
 		sv = _mm512_add_ps(sv, e);
-		_mm512_mask_storeu_ps(x + i, m, e);
+		stm(x + i, m, e);
 	}
 	inv = 1.0f / _mm512_reduce_add_ps(sv);
 	for (i = 0; i < n; i += 16) {
 		__mmask16 m = tail(n, i);
 
-		_mm512_mask_storeu_ps(x + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i),
+		stm(x + i, m, _mm512_mul_ps(ldm(m, x + i),
 							       _mm512_set1_ps(inv)));
 	}
 }
@@ -641,11 +668,11 @@ static void silu_mul(const float *g, const float *u, size_t n, float *h)
 
 	for (i = 0; i < n; i += 16) {
 		__mmask16 m = tail(n, i);
-		__m512 gv = _mm512_maskz_loadu_ps(m, g + i);
+		__m512 gv = ldm(m, g + i);
 		__m512 e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), gv));
 
-		_mm512_mask_storeu_ps(h + i, m, _mm512_mul_ps(_mm512_div_ps(gv, _mm512_add_ps(one, e)),
-							      _mm512_maskz_loadu_ps(m, u + i)));
+		stm(h + i, m, _mm512_mul_ps(_mm512_div_ps(gv, _mm512_add_ps(one, e)),
+							      ldm(m, u + i)));
 	}
 }
 
@@ -656,8 +683,8 @@ static void add(const float *a, const float *b, size_t n, float *y)
 	for (i = 0; i < n; i += 16) {
 		__mmask16 m = tail(n, i);
 
-		_mm512_mask_storeu_ps(y + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, a + i),
-							      _mm512_maskz_loadu_ps(m, b + i)));
+		stm(y + i, m, _mm512_add_ps(ldm(m, a + i),
+							      ldm(m, b + i)));
 	}
 }
 
@@ -669,8 +696,8 @@ static void axpy(float a, const float *x, size_t n, float *y)
 	for (i = 0; i < n; i += 16) {
 		__mmask16 m = tail(n, i);
 
-		_mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(m, x + i),
-								_mm512_maskz_loadu_ps(m, y + i)));
+		stm(y + i, m, _mm512_fmadd_ps(av, ldm(m, x + i),
+								ldm(m, y + i)));
 	}
 }
 
@@ -688,13 +715,13 @@ static void rope(float *x, size_t nh, size_t hs, size_t dim, const float *cs,
 		if (style == DS_ROPE_NEOX) {
 			for (i = 0; i < half; i += 16) {
 				__mmask16 m = tail(half, i);
-				__m512 a = _mm512_maskz_loadu_ps(m, p + i);
-				__m512 b = _mm512_maskz_loadu_ps(m, p + half + i);
-				__m512 c = _mm512_maskz_loadu_ps(m, cs + i);
-				__m512 s = _mm512_maskz_loadu_ps(m, cs + half + i);
+				__m512 a = ldm(m, p + i);
+				__m512 b = ldm(m, p + half + i);
+				__m512 c = ldm(m, cs + i);
+				__m512 s = ldm(m, cs + half + i);
 
-				_mm512_mask_storeu_ps(p + i, m, _mm512_fmsub_ps(a, c, _mm512_mul_ps(b, s)));
-				_mm512_mask_storeu_ps(p + half + i, m,
+				stm(p + i, m, _mm512_fmsub_ps(a, c, _mm512_mul_ps(b, s)));
+				stm(p + half + i, m,
 						      _mm512_fmadd_ps(a, s, _mm512_mul_ps(b, c)));
 			}
 			continue;
@@ -702,12 +729,12 @@ static void rope(float *x, size_t nh, size_t hs, size_t dim, const float *cs,
 		for (i = 0; i < half; i += 8) {
 			__mmask16 m = tail(dim, 2 * i);
 			__mmask16 mh = (__mmask16)(tail(half, i) & 0xff);
-			__m512 v = _mm512_maskz_loadu_ps(m, p + 2 * i);
-			__m512 c = _mm512_permutexvar_ps(dup, _mm512_maskz_loadu_ps(mh, cs + i));
-			__m512 s = _mm512_permutexvar_ps(dup, _mm512_maskz_loadu_ps(mh, cs + half + i));
+			__m512 v = ldm(m, p + 2 * i);
+			__m512 c = _mm512_permutexvar_ps(dup, ldm(mh, cs + i));
+			__m512 s = _mm512_permutexvar_ps(dup, ldm(mh, cs + half + i));
 			__m512 sw = _mm512_permute_ps(v, 0xb1); /* (b, a) per pair */
 
-			_mm512_mask_storeu_ps(p + 2 * i, m,
+			stm(p + 2 * i, m,
 					      _mm512_fmaddsub_ps(v, c, _mm512_mul_ps(sw, s)));
 		}
 	}
@@ -715,66 +742,23 @@ static void rope(float *x, size_t nh, size_t hs, size_t dim, const float *cs,
 
 /* ---- attention ----------------------------------------------------------------- */
 
-/* Cache row -> dim floats (dim rounded up to 16 with zeros). */
-static void kv_row_f32(enum ds_kvtype t, const uint8_t *row, size_t dim,
-		       float *out)
+/* Values d .. d+15 of a cache row as floats (lanes past m zero). */
+AI __m512 kv_load(enum ds_kvtype t, const uint8_t *row, size_t d, __mmask16 m)
 {
-	size_t i;
+	if (t == DS_KV_F32)
+		return ldm(m, row + 4 * d);
+	if (t == DS_KV_F16)
+		return _mm512_cvtph_ps(ld16m(m, row + 2 * d));
+	if (t == DS_KV_BF16)
+		return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(
+			ld16m(m, row + 2 * d)), 16));
+	{
+		const uint8_t *b = row + 36 * (d / 32);
+		float sc;
 
-	if (t == DS_KV_Q8) {
-		for (i = 0; i < dim; i += 32) {
-			const uint8_t *b = row + 36 * (i / 32);
-			float df;
-			__m512 d;
-
-			memcpy(&df, b, 4);
-			d = _mm512_set1_ps(df);
-			__m256i q = _mm256_loadu_si256((const void *)(b + 4));
-
-			_mm512_storeu_ps(out + i, _mm512_mul_ps(d, _mm512_cvtepi32_ps(
-				_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q)))));
-			_mm512_storeu_ps(out + i + 16, _mm512_mul_ps(d, _mm512_cvtepi32_ps(
-				_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1)))));
-		}
-		return;
-	}
-	for (i = 0; i < dim; i += 16) {
-		__mmask16 m = tail(dim, i);
-		__m512 v;
-
-		if (t == DS_KV_F32)
-			v = _mm512_maskz_loadu_ps(m, row + 4 * i);
-		else if (t == DS_KV_F16)
-			v = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, row + 2 * i));
-		else
-			v = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(
-				_mm256_maskz_loadu_epi16(m, row + 2 * i)), 16));
-		_mm512_storeu_ps(out + i, v);
-	}
-}
-
-static float dot(const float *a, const float *b, size_t n)
-{
-	__m512 s = _mm512_setzero_ps();
-	size_t i;
-
-	for (i = 0; i < n; i += 16) {
-		__mmask16 m = tail(n, i);
-
-		s = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), s);
-	}
-	return _mm512_reduce_add_ps(s);
-}
-
-static void scale_row(float *o, size_t n, float c)
-{
-	size_t i;
-
-	for (i = 0; i < n; i += 16) {
-		__mmask16 m = tail(n, i);
-
-		_mm512_mask_storeu_ps(o + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, o + i),
-							      _mm512_set1_ps(c)));
+		memcpy(&sc, b, 4);
+		return _mm512_mul_ps(_mm512_set1_ps(sc), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+			_mm_maskz_loadu_epi8(m, b + 4 + d % 32))));
 	}
 }
 
@@ -785,16 +769,175 @@ static float exp_sub_sum(float *s, size_t n, float m)
 
 	for (i = 0; i < n; i += 16) {
 		__mmask16 mk = tail(n, i);
-		__m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, s + i), _mm512_set1_ps(m)));
+		__m512 e = exp512(_mm512_sub_ps(ldm(mk, s + i), _mm512_set1_ps(m)));
 
 		e = _mm512_maskz_mov_ps(mk, e);
-		_mm512_mask_storeu_ps(s + i, mk, e);
+		stm(s + i, mk, e);
 		sum = _mm512_add_ps(sum, e);
 	}
 	return _mm512_reduce_add_ps(sum);
 }
 
-#include "attn_online.h"
+static void scale_row(float *o, size_t n, float c)
+{
+	size_t i;
+
+	for (i = 0; i < n; i += 16) {
+		__mmask16 m = tail(n, i);
+
+		stm(o + i, m, _mm512_mul_ps(ldm(m, o + i),
+							      _mm512_set1_ps(c)));
+	}
+}
+
+/* Scores of up to 4 heads (from h0) against keys j0 and j0+1 (nk of
+ * them) of the chunk: register tiles of dot products over the key width,
+ * each key vector converted once for the four heads. */
+AI void attn_qk(const ds_attn_job *a, size_t h0, size_t nh, size_t j0, size_t nk,
+		size_t jc, float *sc, const int NH, const int NK)
+{
+	const size_t kd = a->k.dim, C = DS_ATTN_CHUNK;
+	__m512 acc[4][2];
+	size_t d;
+	int h, k;
+
+	(void)nh;
+	(void)nk;
+#pragma GCC unroll 4
+	for (h = 0; h < NH; h++)
+		acc[h][0] = acc[h][1] = _mm512_setzero_ps();
+	for (d = 0; d < kd; d += 16) {
+		__mmask16 m = tail(kd, d);
+		__m512 kv[2];
+
+#pragma GCC unroll 2
+		for (k = 0; k < NK; k++)
+			kv[k] = kv_load(a->k.type, a->k.data + (j0 + k) * a->k.ld, d, m);
+#pragma GCC unroll 4
+		for (h = 0; h < NH; h++) {
+				__m512 qv = ldm(m, a->q + (h0 + h) * a->q_ld + d);
+
+#pragma GCC unroll 2
+			for (k = 0; k < NK; k++)
+				acc[h][k] = _mm512_fmadd_ps(qv, kv[k], acc[h][k]);
+		}
+	}
+#pragma GCC unroll 4
+	for (h = 0; h < NH; h++)
+#pragma GCC unroll 2
+		for (k = 0; k < NK; k++)
+			sc[(h0 + h) * C + jc + k] = a->scale * _mm512_reduce_add_ps(acc[h][k]);
+}
+
+/* o[h] += sum_j p[h][j] v_j for up to 4 heads over the chunk's nj keys,
+ * a 4-head by 64-value tile of o held in registers while the keys pass. */
+AI void attn_pv(const ds_attn_job *a, size_t h0, size_t j0, size_t nj,
+		const float *sc, const int NH)
+{
+	const size_t vd = a->v.dim, C = DS_ATTN_CHUNK;
+	size_t d, j;
+	int h, i;
+
+	for (d = 0; d < vd; d += 64) {
+		__mmask16 m[4];
+		__m512 o[4][4];
+
+#pragma GCC unroll 4
+		for (i = 0; i < 4; i++)
+			m[i] = d + 16 * i < vd ? tail(vd, d + 16 * i) : 0;
+#pragma GCC unroll 4
+		for (h = 0; h < NH; h++)
+#pragma GCC unroll 4
+			for (i = 0; i < 4; i++)
+				o[h][i] = ldm(m[i], a->o + (h0 + h) * a->o_ld + d + 16 * i);
+		for (j = 0; j < nj; j++) {
+			const uint8_t *row = a->v.data + (j0 + j) * a->v.ld;
+			__m512 v[4];
+
+#pragma GCC unroll 4
+			for (i = 0; i < 4; i++)
+				v[i] = m[i] ? kv_load(a->v.type, row, d + 16 * i, m[i]) : _mm512_setzero_ps();
+#pragma GCC unroll 4
+			for (h = 0; h < NH; h++) {
+				__m512 p = _mm512_set1_ps(sc[(h0 + h) * C + j]);
+
+#pragma GCC unroll 4
+				for (i = 0; i < 4; i++)
+					o[h][i] = _mm512_fmadd_ps(p, v[i], o[h][i]);
+			}
+		}
+#pragma GCC unroll 4
+		for (h = 0; h < NH; h++)
+#pragma GCC unroll 4
+			for (i = 0; i < 4; i++)
+				stm(a->o + (h0 + h) * a->o_ld + d + 16 * i, m[i], o[h][i]);
+	}
+}
+
+/* The online softmax over chunks of DS_ATTN_CHUNK keys (as attn_online.h),
+ * with the two products register-tiled over 4 heads. */
+static void attn(const ds_attn_job *a, float *scratch)
+{
+	const size_t g = a->g, vd = a->v.dim, C = DS_ATTN_CHUNK;
+	float *sc = scratch, *mx = sc + g * C, *l = mx + g;
+	size_t h, j, j0, nj;
+
+	for (h = 0; h < g; h++) {
+		mx[h] = -INFINITY;
+		l[h] = 0;
+		memset(a->o + h * a->o_ld, 0, vd * sizeof(float));
+	}
+	for (j0 = 0; j0 < a->n; j0 += C) {
+		nj = a->n - j0 < C ? a->n - j0 : C;
+		for (h = 0; h < g; h += 4) {
+			size_t nh = g - h < 4 ? g - h : 4;
+
+			for (j = 0; j < nj; j += 2) {
+#define QK(NH, NK) attn_qk(a, h, nh, j0 + j, NK, j, sc, NH, NK)
+				if (nj - j >= 2)
+					switch (nh) {
+					case 1: QK(1, 2); break;
+					case 2: QK(2, 2); break;
+					case 3: QK(3, 2); break;
+					default: QK(4, 2); break;
+					}
+				else
+					switch (nh) {
+					case 1: QK(1, 1); break;
+					case 2: QK(2, 1); break;
+					case 3: QK(3, 1); break;
+					default: QK(4, 1); break;
+					}
+#undef QK
+			}
+		}
+		for (h = 0; h < g; h++) {
+			float *s = sc + h * C, m = mx[h], sum;
+
+			for (j = 0; j < nj; j++)
+				m = s[j] > m ? s[j] : m;
+			sum = exp_sub_sum(s, nj, m);
+			if (m != mx[h]) {
+				float corr = mx[h] == -INFINITY ? 0.0f : expf(mx[h] - m);
+
+				l[h] *= corr;
+				scale_row(a->o + h * a->o_ld, vd, corr);
+				mx[h] = m;
+			}
+			l[h] += sum;
+		}
+		for (h = 0; h < g; h += 4) {
+			switch (g - h < 4 ? g - h : 4) {
+			case 1: attn_pv(a, h, j0, nj, sc, 1); break;
+			case 2: attn_pv(a, h, j0, nj, sc, 2); break;
+			case 3: attn_pv(a, h, j0, nj, sc, 3); break;
+			default: attn_pv(a, h, j0, nj, sc, 4); break;
+			}
+		}
+	}
+	for (h = 0; h < g; h++)
+		scale_row(a->o + h * a->o_ld, vd, 1.0f / l[h]);
+}
 
 /* ---- probes ------------------------------------------------------------------- */
 
@@ -809,8 +952,9 @@ static uint64_t read_probe(const uint8_t *p, size_t n)
 		c = _mm512_add_epi64(c, _mm512_load_si512(p + i + 128));
 		d = _mm512_add_epi64(d, _mm512_load_si512(p + i + 192));
 	}
-	return (uint64_t)_mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_add_epi64(a, b),
-								  _mm512_add_epi64(c, d)));
+	/* or, not add: the intrinsic's reduction is signed C arithmetic */
+	return (uint64_t)_mm512_reduce_or_epi64(_mm512_xor_si512(_mm512_xor_si512(a, b),
+								 _mm512_xor_si512(c, d)));
 }
 
 /* PEAK_ACC independent accumulators in named registers (an array would

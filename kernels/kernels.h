@@ -25,9 +25,14 @@
  *               block sums s[b] = d[b] * sum(q over the block):
  *                 y = sum_g S_g * (sum_(b in g) d_b dot_b  -  Z_g sum_(b in g) s_b)
  *               with S_g, Z_g the weight scale and zero (Z = 128 for q8).
- *   bf16        x rounded to bf16 (to nearest even): relative error <= 2^-9
- *               per element; the products are exact in fp32 (vdpbf16ps).
+ *   bf16        x rounded to bf16 (to nearest even, 8 significant bits): relative
+ *               error <= 2^-8 per element; the products are exact in fp32
+ *               (vdpbf16ps).
  *   f16, f32    x used as it is, fp32 fused multiply-adds.
+ *
+ * Batch invariance: a row's result does not depend on the other rows
+ * computed with it, on the tiling or on the row-set split (the float
+ * operations per output are the same in every code path; tested).
  *
  * Row-sets: the unit of work of a matrix kernel is a row-set of 16 output
  * rows (DS_ROWSET); for the row-major f32/f16 types it is simply rows
@@ -133,7 +138,7 @@ typedef struct ds_attn_job {
 } ds_attn_job;
 
 /* Floats of scratch an attention kernel needs for g heads. */
-#define DS_ATTN_CHUNK 64
+#define DS_ATTN_CHUNK 32
 #define DS_ATTN_SCRATCH(g, kdim, vdim) \
 	((size_t)(g) * (DS_ATTN_CHUNK + 4) + (size_t)(kdim) + (size_t)(vdim) + 64)
 

@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #define DEFAULT_BATCH 256
 
@@ -141,29 +142,13 @@ static int bind_all(ds_fwd *f, ds_err *err)
 int ds_fwd_rope_init(const ds_hparams *hp, ds_rope *r, double *scale,
 		     ds_err *err)
 {
-	ds_rope_scaling sc;
 	uint32_t dim = hp->arch == DS_ARCH_DEEPSEEK2 ? hp->qk_rope_head_dim
 						      : hp->head_dim;
 
-	memset(&sc, 0, sizeof sc);
-	switch (hp->rope_scaling.type) {
-	case DS_ROPE_SCALING_NONE: sc.type = DS_ROPE_SCALE_NONE; break;
-	case DS_ROPE_SCALING_LINEAR: sc.type = DS_ROPE_SCALE_LINEAR; break;
-	case DS_ROPE_SCALING_YARN: sc.type = DS_ROPE_SCALE_YARN; break;
-	case DS_ROPE_SCALING_LLAMA3: sc.type = DS_ROPE_SCALE_LLAMA3; break;
-	}
-	sc.factor = hp->rope_scaling.factor;
-	sc.original_ctx = hp->rope_scaling.original_ctx;
-	sc.beta_fast = hp->rope_scaling.beta_fast;
-	sc.beta_slow = hp->rope_scaling.beta_slow;
-	sc.mscale = hp->rope_scaling.mscale;
-	sc.mscale_all_dim = hp->rope_scaling.mscale_all_dim;
-	sc.low_freq_factor = hp->rope_scaling.low_freq_factor;
-	sc.high_freq_factor = hp->rope_scaling.high_freq_factor;
-	if (ds_rope_init(r, hp->rope_style, dim, hp->rope_theta, &sc, err))
+	if (ds_rope_init(r, hp, dim, err))
 		return -1;
 	if (hp->arch == DS_ARCH_DEEPSEEK2)
-		*scale = ds_rope_attn_scale(&sc) /
+		*scale = ds_rope_attn_scale(hp) /
 			 sqrt((double)(hp->qk_nope_head_dim + hp->qk_rope_head_dim));
 	else
 		*scale = 1 / sqrt((double)hp->head_dim);
@@ -252,22 +237,37 @@ static int ctx_init(ds_fwd *f, ds_err *err)
 	return ds_ctx_init(&f->ctx, f->pool, &cfg, err);
 }
 
-/* A float buffer of rows x width, counted in the scratch total. */
-static float *fbuf(ds_fwd *f, size_t rows, size_t width, int *oom)
+void *ds_fwd_map(ds_fwd *f, size_t bytes, ds_err *err)
+{
+	void *p;
+
+	if (f->n_maps == DS_FWD_MAPS)
+		return ds_errf(err, "forward: too many buffers"), NULL;
+	bytes = ds_round_up(bytes ? bytes : 1, 4096);
+	/* anonymous: zero, and resident only where written */
+	p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		 -1, 0);
+	if (p == MAP_FAILED)
+		return ds_errf(err, "forward: cannot map %zu bytes", bytes), NULL;
+	f->maps[f->n_maps].p = p;
+	f->maps[f->n_maps++].n = bytes;
+	f->scratch_bytes += bytes;
+	return p;
+}
+
+/* A buffer of rows x width elements of `elem` bytes (NULL for width 0). */
+static void *fbuf(ds_fwd *f, size_t rows, size_t width, size_t elem, int *oom)
 {
 	size_t n;
-	float *p;
+	void *p;
 
 	if (width == 0 || *oom)
 		return NULL;
-	if (ds_mul_sz(rows, width, &n) || ds_mul_sz(n, sizeof(float), &n)) {
+	if (ds_mul_sz(rows, width, &n) || ds_mul_sz(n, elem, &n) ||
+	    (p = ds_fwd_map(f, n, NULL)) == NULL) {
 		*oom = 1;
 		return NULL;
 	}
-	p = ds_aligned_alloc(64, ds_round_up(n, 64), NULL);
-	if (p == NULL)
-		*oom = 1;
-	f->scratch_bytes += n;
 	return p;
 }
 
@@ -280,31 +280,31 @@ static int bufs_init(ds_fwd *f, ds_err *err)
 	size_t vd = mla ? hp->v_head_dim : hp->head_dim;
 	size_t lat = hp->kv_lora_rank + hp->qk_rope_head_dim;
 
-	f->x = fbuf(f, T, H, &oom);
-	f->h = fbuf(f, T, H, &oom);
-	f->y = fbuf(f, T, H, &oom);
-	f->xo = fbuf(f, T, H, &oom);
-	f->q = fbuf(f, T, nh * qhd, &oom);
-	f->o = fbuf(f, T, nh * vd, &oom);
+	f->x = fbuf(f, T, H, sizeof(float), &oom);
+	f->h = fbuf(f, T, H, sizeof(float), &oom);
+	f->y = fbuf(f, T, H, sizeof(float), &oom);
+	f->xo = fbuf(f, T, H, sizeof(float), &oom);
+	f->q = fbuf(f, T, nh * qhd, sizeof(float), &oom);
+	f->o = fbuf(f, T, nh * vd, sizeof(float), &oom);
 	if (mla) {
-		f->k = fbuf(f, T, lat, &oom);
-		f->qa = fbuf(f, T, hp->q_lora_rank, &oom);
-		f->qc = fbuf(f, T, nh * lat, &oom);
-		f->oc = fbuf(f, T, nh * hp->kv_lora_rank, &oom);
+		f->k = fbuf(f, T, lat, sizeof(float), &oom);
+		f->qa = fbuf(f, T, hp->q_lora_rank, sizeof(float), &oom);
+		f->qc = fbuf(f, T, nh * lat, sizeof(float), &oom);
+		f->oc = fbuf(f, T, nh * hp->kv_lora_rank, sizeof(float), &oom);
 	} else {
-		f->k = fbuf(f, T, (size_t)hp->n_head_kv * hp->head_dim, &oom);
-		f->v = fbuf(f, T, (size_t)hp->n_head_kv * hp->head_dim, &oom);
+		f->k = fbuf(f, T, (size_t)hp->n_head_kv * hp->head_dim, 4, &oom);
+		f->v = fbuf(f, T, (size_t)hp->n_head_kv * hp->head_dim, 4, &oom);
 	}
 	if (hp->n_expert) {
-		f->rl = fbuf(f, T, hp->n_expert, &oom);
-		f->ew = fbuf(f, T, hp->n_expert_used, &oom);
-		f->eids = (int32_t *)fbuf(f, T, hp->n_expert_used, &oom);
+		f->rl = fbuf(f, T, hp->n_expert, sizeof(float), &oom);
+		f->ew = fbuf(f, T, hp->n_expert_used, sizeof(float), &oom);
+		f->eids = fbuf(f, T, hp->n_expert_used, sizeof *f->eids, &oom);
 	}
-	f->logits = fbuf(f, T, hp->n_vocab, &oom);
-	f->tok = (int32_t *)fbuf(f, T, 1, &oom);
-	f->pos = (int32_t *)fbuf(f, T, 1, &oom);
-	f->out_rows = (uint32_t *)fbuf(f, T, 1, &oom);
-	f->runs = (ds_run *)fbuf(f, T, sizeof(ds_run) / sizeof(float), &oom);
+	f->logits = fbuf(f, T, hp->n_vocab, sizeof(float), &oom);
+	f->tok = fbuf(f, T, 1, sizeof *f->tok, &oom);
+	f->pos = fbuf(f, T, 1, sizeof *f->pos, &oom);
+	f->out_rows = fbuf(f, T, 1, sizeof *f->out_rows, &oom);
+	f->runs = fbuf(f, T, 1, sizeof *f->runs, &oom);
 	if (oom)
 		return ds_errf(err, "%s: out of memory for the activations of "
 			       "batches of %zu", f->m->dir, T);
@@ -345,35 +345,15 @@ fail:
 
 void ds_fwd_free(ds_fwd *f)
 {
+	int i;
+
 	if (f == NULL)
 		return;
 	if (f->ctx.pool != NULL)
 		ds_ctx_free(&f->ctx);
 	free(f->layers);
-	free(f->derived);
-	free(f->x);
-	free(f->h);
-	free(f->y);
-	free(f->xo);
-	free(f->q);
-	free(f->o);
-	free(f->k);
-	free(f->v);
-	free(f->qa);
-	free(f->qc);
-	free(f->oc);
-	free(f->rl);
-	free(f->ew);
-	free(f->eids);
-	free(f->logits);
-	free(f->tok);
-	free(f->pos);
-	free(f->out_rows);
-	free(f->runs);
-	free(f->hb.q);
-	free(f->hb.qd);
-	free(f->hb.qs);
-	free(f->hb.b);
+	for (i = 0; i < f->n_maps; i++)
+		munmap(f->maps[i].p, f->maps[i].n);
 	free(f->seq_next);
 	free(f->seq_seen);
 	free(f);

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kbench.h"
 #include "kernels.h"
@@ -15,17 +16,36 @@
 
 typedef void bench_fn(void *arg);
 
-/* Best time of one call of fn over at least min_sec and 3 calls. */
+/* The clock the figures are taken with: the wall clock, or the calling
+ * thread's CPU time (use_cpu).  The caller is thread 0 of every job and
+ * spins while it waits for the others, so its CPU time is the job's
+ * duration less the time other processes held its CPU.  (The process's
+ * CPU time would also count the workers, but the kernel brings other
+ * running threads' times up to date only at scheduler ticks.) */
+static int use_cpu;
+
+static double now(void)
+{
+	struct timespec ts;
+
+	if (!use_cpu)
+		return ds_now_s();
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Best time of one call of fn over at least min_sec (wall clock) and 3
+ * calls. */
 static double best_of(bench_fn *fn, void *arg, double min_sec)
 {
 	double t0 = ds_now_s(), best = INFINITY;
 	int r;
 
 	for (r = 0; r < 3 || ds_now_s() - t0 < min_sec; r++) {
-		double a = ds_now_s(), d;
+		double a = now(), d;
 
 		fn(arg);
-		d = ds_now_s() - a;
+		d = now() - a;
 		best = d < best ? d : best;
 		if (r > 100000)
 			break;
@@ -43,14 +63,14 @@ static void best_of2(bench_fn *fa, void *a, bench_fn *fb, void *b,
 
 	*ta = *tb = INFINITY;
 	for (r = 0; r < 3 || ds_now_s() - t0 < min_sec; r++) {
-		double s = ds_now_s(), d;
+		double s = now(), d;
 
 		fa(a);
-		d = ds_now_s() - s;
+		d = now() - s;
 		*ta = d < *ta ? d : *ta;
-		s = ds_now_s();
+		s = now();
 		fb(b);
-		d = ds_now_s() - s;
+		d = now() - s;
 		*tb = d < *tb ? d : *tb;
 		if (r > 100000)
 			break;
@@ -140,13 +160,70 @@ static void noop_job(void *arg, int ith, int nth)
 	(void)nth;
 }
 
-static void barrier_fn(void *arg)
+static int cmp_double(const void *a, const void *b)
 {
-	bench *b = arg;
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+#define ROUND_TRIPS 4001
+
+/* The median of many single round trips (a mean would be dominated by the
+ * few that another process on a shared machine preempts). */
+static double median_us(double *t, int n)
+{
+	qsort(t, (size_t)n, sizeof *t, cmp_double);
+	return t[n / 2] * 1e6;
+}
+
+static double run_round_trip(bench *b)
+{
+	static double t[ROUND_TRIPS];
 	int i;
 
-	for (i = 0; i < 1000; i++)
+	for (i = 0; i < ROUND_TRIPS; i++) {
+		double a = ds_now_s();
+
 		ds_pool_run(b->pool, noop_job, NULL);
+		t[i] = ds_now_s() - a;
+	}
+	return median_us(t, ROUND_TRIPS);
+}
+
+struct sync_job {
+	ds_pool *pool;
+	double t[ROUND_TRIPS];
+};
+
+/* Thread 0 times each barrier; all threads pass ROUND_TRIPS of them. */
+static void sync_job(void *arg, int ith, int nth)
+{
+	struct sync_job *j = arg;
+	int i;
+
+	(void)nth;
+	for (i = 0; i < ROUND_TRIPS; i++) {
+		double a = ith == 0 ? ds_now_s() : 0;
+
+		ds_pool_barrier(j->pool);
+		if (ith == 0)
+			j->t[i] = ds_now_s() - a;
+	}
+}
+
+static double sync_round_trip(bench *b)
+{
+	struct sync_job *j = malloc(sizeof *j);
+	double us;
+
+	if (j == NULL)
+		return 0;
+	j->pool = b->pool;
+	ds_pool_run(b->pool, sync_job, j);
+	us = median_us(j->t, ROUND_TRIPS);
+	free(j);
+	return us;
 }
 
 static void peak_share(void *arg, int ith, int nth)
@@ -184,8 +261,15 @@ static void base_rows(bench *b, int peaks)
 	memset(&r, 0, sizeof r);
 	r.op = "barrier";
 	snprintf(r.type, sizeof r.type, "run");
-	r.sec = best_of(barrier_fn, b, b->o->min_sec / 4) / 1000;
-	r.us = r.sec * 1e6;
+	r.us = run_round_trip(b);
+	r.sec = r.us * 1e-6;
+	row(b, &r);
+	/* the barrier inside a job, between the phases of one op */
+	memset(&r, 0, sizeof r);
+	r.op = "barrier";
+	snprintf(r.type, sizeof r.type, "sync");
+	r.us = sync_round_trip(b);
+	r.sec = r.us * 1e-6;
 	row(b, &r);
 	for (kind = 0; peaks && kind < 3; kind++) {
 		uint64_t macs = 0;
@@ -279,90 +363,118 @@ static void matmul_fn(void *arg)
 	ds_matmul(&j->b->ctx, &j->m[0], j->x, j->t, j->y);
 }
 
-static int type_rows(bench *b, ds_ttype t, ds_err *err)
+/* Lay copies of a [n, k] matrix of type t over the working set (all of
+ * it for a matvec, one for a matmul). */
+static int load_copies(bench *b, struct mm_bench *j, ds_ttype t, uint64_t n,
+		       uint64_t k, int fill, ds_err *err)
 {
-	static const uint64_t shapes[2][2] = { { 4096, 4096 }, { 4096, 11008 } };
+	uint64_t shape[2] = { n, k }, bytes, stride;
+	int i;
+
+	if (ds_tensor_bytes(t, 2, shape, &bytes) != 0)
+		return ds_errf(err, "benchmark: bad shape %llux%llu", (unsigned long long)n,
+			       (unsigned long long)k);
+	stride = ds_round_up(bytes, 4096);
+	if (stride > b->ws_bytes)
+		return ds_errf(err, "benchmark: a %llu-byte matrix does not fit the %zu-byte working set",
+			       (unsigned long long)bytes, b->ws_bytes);
+	j->ncopies = fill ? (int)(b->ws_bytes / stride) : 1;
+	j->ncopies = j->ncopies > 512 ? 512 : j->ncopies;
+	if (fill_weights(b->ws, (size_t)stride * (size_t)j->ncopies, t, k, 42) != 0)
+		return ds_errf(err, "benchmark: out of memory");
+	for (i = 0; i < j->ncopies; i++)
+		if (ds_mat_init(&j->m[i], t, b->ws + (size_t)i * stride, bytes, 2, shape, NULL,
+				err) != 0)
+			return -1;
+	return 0;
+}
+
+/* One matvec row: the weights streamed from memory, alternating with
+ * the read probe over the same bytes. */
+static int matvec_row(bench *b, struct mm_bench *j, ds_ttype t, uint64_t n,
+		      uint64_t k, ds_err *err)
+{
+	struct probe_job *pj = calloc(1, sizeof *pj);
+	size_t ws = b->ws_bytes;
+	double tp, tm, bytes;
+	ds_kbench_row r;
+
+	if (pj == NULL)
+		return ds_errf(err, "benchmark: out of memory");
+	if (load_copies(b, j, t, n, k, 1, err) != 0) {
+		free(pj);
+		return -1;
+	}
+	bytes = (double)j->m[0].e_bytes;
+	pj->b = b;
+	pj->k = ds_kernels_get();
+	b->ws_bytes = (size_t)(j->m[j->ncopies - 1].data + j->m[0].e_bytes - b->ws) / 256 * 256;
+	best_of2(matvec_fn, j, probe_fn, pj, b->o->min_sec, &tm, &tp);
+	memset(&r, 0, sizeof r);
+	r.op = "matvec";
+	ds_ttype_name(t, r.type);
+	r.n = n;
+	r.k = k;
+	r.t = 1;
+	r.sec = tm / j->ncopies;
+	r.gbs = bytes / r.sec * 1e-9;
+	r.gops = 2.0 * (double)n * (double)k / r.sec * 1e-9;
+	r.ratio = r.gbs / ((double)b->ws_bytes / tp * 1e-9);
+	b->ws_bytes = ws;
+	free(pj);
+	row(b, &r);
+	return 0;
+}
+
+static int matmul_rows(bench *b, struct mm_bench *j, ds_ttype t, uint64_t n,
+		       uint64_t k, ds_err *err)
+{
 	static const size_t ts[3] = { 8, 64, 512 };
-	struct mm_bench *j = calloc(1, sizeof *j);
-	float *x = malloc(512 * 11008 * sizeof(float)), *y = malloc(512 * 4096 * sizeof(float));
-	int s, i, rc = 0, peak = t.dt == DS_Q4 || t.dt == DS_Q8 ? DS_PEAK_INT8
-			     : t.dt == DS_BF16 ? DS_PEAK_BF16 : DS_PEAK_FP32;
+	int peak = t.dt == DS_Q4 || t.dt == DS_Q8 ? DS_PEAK_INT8
+		 : t.dt == DS_BF16 ? DS_PEAK_BF16 : DS_PEAK_FP32;
 	size_t ti;
 
+	if (load_copies(b, j, t, n, k, 0, err) != 0)
+		return -1;
+	for (ti = 0; ti < (b->o->quick ? 1 : 3); ti++) {
+		ds_kbench_row r;
+
+		memset(&r, 0, sizeof r);
+		r.op = "matmul";
+		ds_ttype_name(t, r.type);
+		r.n = n;
+		r.k = k;
+		r.t = j->t = ts[ti];
+		r.sec = best_of(matmul_fn, j, b->o->min_sec);
+		r.gops = 2.0 * (double)(r.n * r.k * r.t) / r.sec * 1e-9;
+		r.ratio = r.gops / b->peak[peak];
+		row(b, &r);
+	}
+	return 0;
+}
+
+static int type_rows(bench *b, ds_ttype t, ds_err *err)
+{
+	uint64_t mn = b->o->mm_n ? b->o->mm_n : 4096, mk = b->o->mm_k ? b->o->mm_k : 4096;
+	size_t xk = mk > 11008 ? mk : 11008, yn = mn > 4096 ? mn : 4096, i;
+	struct mm_bench *j = calloc(1, sizeof *j);
+	float *x = malloc(512 * xk * sizeof(float)), *y = malloc(512 * yn * sizeof(float));
+	int rc = -1;
+
 	if (j == NULL || x == NULL || y == NULL) {
-		rc = ds_errf(err, "benchmark: out of memory");
+		ds_errf(err, "benchmark: out of memory");
 		goto out;
 	}
-	for (i = 0; i < 512 * 11008; i++)
-		x[i] = (float)sin(0.37 * i);
+	for (i = 0; i < 512 * xk; i++)
+		x[i] = (float)sin(0.37 * (double)i);
 	j->b = b;
 	j->x = x;
 	j->y = y;
-	for (s = 0; s < (b->o->quick ? 1 : 2); s++) {
-		uint64_t shape[2] = { shapes[s][0], shapes[s][1] }, bytes, stride;
-		ds_kbench_row r;
-
-		if (ds_tensor_bytes(t, 2, shape, &bytes) != 0)
-			continue;
-		stride = ds_round_up(bytes, 4096);
-		j->ncopies = (int)(b->ws_bytes / stride);
-		j->ncopies = j->ncopies > 512 ? 512 : j->ncopies < 1 ? 1 : j->ncopies;
-		if (stride > b->ws_bytes) {
-			rc = ds_errf(err, "benchmark: a %llu-byte matrix does not fit the %zu-byte working set",
-				     (unsigned long long)bytes, b->ws_bytes);
-			goto out;
-		}
-		if (fill_weights(b->ws, (size_t)stride * (size_t)j->ncopies, t, shape[1], 42) != 0) {
-			rc = ds_errf(err, "benchmark: out of memory");
-			goto out;
-		}
-		for (i = 0; i < j->ncopies; i++)
-			if (ds_mat_init(&j->m[i], t, b->ws + (size_t)i * stride, bytes, 2, shape, NULL,
-					err) != 0) {
-				rc = -1;
-				goto out;
-			}
-		memset(&r, 0, sizeof r);
-		r.op = "matvec";
-		ds_ttype_name(t, r.type);
-		r.n = shape[0];
-		r.k = shape[1];
-		r.t = 1;
-		{
-			/* the probe over the same bytes, alternating with the matvec */
-			struct probe_job *pj = calloc(1, sizeof *pj);
-			double tp, tm;
-			size_t ws = b->ws_bytes;
-
-			if (pj == NULL) {
-				rc = ds_errf(err, "benchmark: out of memory");
-				goto out;
-			}
-			pj->b = b;
-			pj->k = ds_kernels_get();
-			b->ws_bytes = (size_t)stride * (size_t)j->ncopies / 256 * 256;
-			best_of2(matvec_fn, j, probe_fn, pj, b->o->min_sec, &tm, &tp);
-			r.sec = tm / j->ncopies;
-			r.gbs = (double)bytes / r.sec * 1e-9;
-			r.gops = 2.0 * (double)shape[0] * (double)shape[1] / r.sec * 1e-9;
-			r.ratio = tp / tm * (double)bytes * j->ncopies / (double)b->ws_bytes;
-			b->ws_bytes = ws;
-			free(pj);
-		}
-		row(b, &r);
-		for (ti = 0; s == 0 && ti < (b->o->quick ? 1 : 3); ti++) {
-			memset(&r, 0, sizeof r);
-			r.op = "matmul";
-			ds_ttype_name(t, r.type);
-			r.n = shape[0];
-			r.k = shape[1];
-			r.t = j->t = b->o->quick ? 8 : ts[ti];
-			r.sec = best_of(matmul_fn, j, b->o->min_sec);
-			r.gops = 2.0 * (double)(r.n * r.k * r.t) / r.sec * 1e-9;
-			r.ratio = r.gops / b->peak[peak];
-			row(b, &r);
-		}
-	}
+	if (matvec_row(b, j, t, 4096, 4096, err) != 0 ||
+	    matmul_rows(b, j, t, mn, mk, err) != 0 ||
+	    (!b->o->quick && matvec_row(b, j, t, 4096, 11008, err) != 0))
+		goto out;
+	rc = 0;
 out:
 	free(j);
 	free(x);
@@ -379,7 +491,7 @@ static int bench_open(bench *b, const ds_kbench_opts *o, int threads, ds_err *er
 
 	memset(&cfg, 0, sizeof cfg);
 	cfg.max_rows = 512;
-	cfg.max_k = 11008;
+	cfg.max_k = o->mm_k > 11008 ? ds_round_up(o->mm_k, 128) : 11008;
 	cfg.max_group = 1;
 	cfg.max_head = 64;
 	b->threads = threads;
@@ -398,23 +510,61 @@ static void bench_close(bench *b)
 	ds_pool_free(b->pool);
 }
 
-static int run(const ds_kbench_opts *o0, ds_kbench_emit *emit, void *arg,
-	       int kernels, ds_err *err)
+/* The weight types to run: o->types parsed, or the default list. */
+static int pick_types(const ds_kbench_opts *o, ds_ttype *out, int max, ds_err *err)
 {
-	static const ds_ttype types[] = {
+	static const ds_ttype def[] = {
 		{ DS_Q4, 128 }, { DS_Q4, 32 }, { DS_Q8, 32 }, { DS_BF16, 0 },
 		{ DS_F16, 0 }, { DS_F32, 0 },
 	};
+	static const ds_ttype quick[] = { { DS_Q4, 128 }, { DS_BF16, 0 } };
+	const char *p = o->types;
+	int n = 0;
+
+	if (p == NULL) {
+		memcpy(out, o->quick ? quick : def, o->quick ? sizeof quick : sizeof def);
+		return o->quick ? 2 : 6;
+	}
+	while (*p && n < max) {
+		char name[16];
+		size_t len = strcspn(p, ",");
+
+		if (len == 0 || len >= sizeof name)
+			return ds_errf(err, "weight type list '%s': empty or overlong entry", o->types);
+		memcpy(name, p, len);
+		name[len] = '\0';
+		if (ds_ttype_parse(name, &out[n]) != 0 || out[n].dt == DS_I32)
+			return ds_errf(err, "weight type '%s': not a matrix type (q4gG, q8gG, bf16, f16, f32)",
+				       name);
+		n++;
+		p += len + (p[len] == ',');
+	}
+	return n;
+}
+
+static int run(const ds_kbench_opts *o0, ds_kbench_emit *emit, void *arg,
+	       int kernels, ds_err *err)
+{
+	ds_ttype types[16];
+	int ntypes;
 	ds_kbench_opts od = *o0, *o = &od;
-	size_t ws = o->ws_bytes ? o->ws_bytes : (size_t)512 << 20;
+	size_t ws = o->ws_bytes ? o->ws_bytes : (size_t)(o->quick ? 64 : 512) << 20;
 
 	if (o->min_sec <= 0)
-		o->min_sec = 0.25;
+		o->min_sec = o->quick ? 0.03 : 0.25;
+	/* one copy of the widest matrix benchmarked must fit */
+	if (kernels && o->mm_n && o->mm_k &&
+	    ws < (o->quick ? 2 : 4) * o->mm_n * o->mm_k + ((size_t)1 << 20))
+		ws = (o->quick ? 2 : 4) * o->mm_n * o->mm_k + ((size_t)1 << 20);
+	ws = ds_round_up(ws, 4096);
 	uint8_t *buf;
 	int i, rc = 0;
 	size_t ti;
 
 	if (ds_kernels_init(err) != 0)
+		return -1;
+	ntypes = pick_types(o, types, 16, err);
+	if (ntypes < 0)
 		return -1;
 	buf = ds_aligned_alloc(4096, ws, err);
 	if (buf == NULL)
@@ -433,10 +583,10 @@ static int run(const ds_kbench_opts *o0, ds_kbench_emit *emit, void *arg,
 			rc = -1;
 			break;
 		}
+		use_cpu = o->cpu_time;
 		base_rows(&b, kernels);
-		for (ti = 0; kernels && rc == 0 && ti < sizeof types / sizeof types[0]; ti++)
-			if (!o->quick || ti == 0 || types[ti].dt == DS_BF16)
-				rc = type_rows(&b, types[ti], err);
+		for (ti = 0; kernels && rc == 0 && ti < (size_t)ntypes; ti++)
+			rc = type_rows(&b, types[ti], err);
 		bench_close(&b);
 	}
 	free(buf);

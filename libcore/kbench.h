@@ -3,8 +3,9 @@
  * and `ds-bench --membw`.
  *
  * Every figure is the best of several timed repetitions (as STREAM
- * reports), and every ratio compares two figures measured in the same
- * process, one after the other: matrix-vector rates against a read
+ * reports), by the wall clock or (cpu_time) by the caller's CPU time, and
+ * every ratio compares two figures measured in the same process, one
+ * after the other: matrix-vector rates against a read
  * probe over the same amount of memory, matrix-matrix rates against the
  * ISA's peak measured by a dot-product probe.
  *
@@ -19,8 +20,10 @@
  *                the dot-product instructions retired per cycle by
  *                independent accumulators (vpdpbusd: 64 int8 multiply-adds
  *                per instruction), times the threads
- *   barrier      an empty ds_pool_run: the caller's round trip through
- *                all threads
+ *   barrier      "run": an empty ds_pool_run, the caller's round trip
+ *                through all threads; "sync": one ds_pool_barrier inside
+ *                a job (between the phases of an op); the median of 4001
+ *                single round trips
  */
 #ifndef DS_KBENCH_H
 #define DS_KBENCH_H
@@ -53,8 +56,14 @@ typedef struct ds_kbench_opts {
 	int nthreads;
 	size_t ws_bytes;      /* streamed working set (0: 512 MiB) */
 	double min_sec;       /* time per measurement (0: 0.25 s) */
-	int quick;            /* fewer shapes and types (for tests) */
+	int quick;            /* q4g128 and bf16 only, T = 8, 64 MiB, short runs */
+	uint64_t mm_n, mm_k;  /* matmul shape (0: 4096 x 4096) */
 	const char *cpus;     /* CPU list to pin to, or NULL */
+	const char *types;    /* comma-separated weight types ("q4g32,bf16"),
+				 NULL: q4g128 q4g32 q8g32 bf16 f16 f32 */
+	int cpu_time;         /* time by the calling thread's CPU time instead
+				 of the wall clock: leaves out the time other
+				 processes had its CPU */
 } ds_kbench_opts;
 
 /* Measured clock in GHz (dependent integer adds, one per cycle). */
@@ -64,7 +73,8 @@ double ds_kbench_clock_ghz(void);
 int ds_kbench_membw(const ds_kbench_opts *o, ds_kbench_emit *emit, void *arg,
 		    ds_err *err);
 /* Peaks, read probes, barriers, then for each weight type matvec on
- * 4096x4096 and 4096x11008 and matmul at T = 8, 64, 512 on 4096x4096. */
+ * 4096x4096 and 4096x11008 and matmul at T = 8, 64, 512 on 4096x4096
+ * (or mm_n x mm_k). */
 int ds_kbench_kernels(const ds_kbench_opts *o, ds_kbench_emit *emit,
 		      void *arg, ds_err *err);
 

@@ -712,6 +712,9 @@ static int parse_quant(ds_model *m, const json_t *q, ds_err *err)
 	uint64_t bits, gs;
 	ds_ttype t;
 
+	if (json_is_object(q) && json_object_size(q) != 4)
+		return ds_errf(err, "model.meta: quant has keys other than source, "
+			       "bits, group_size and type");
 	if (!json_is_object(q) || !json_is_string(src) || !json_is_string(ty) ||
 	    get_u64(json_object_get(q, "bits"), &bits) || bits > 16 ||
 	    get_u64(json_object_get(q, "group_size"), &gs) || gs > (1u << 20))

@@ -44,6 +44,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hfconfig.h"
 #include "kernels.h"
 #include "threads.h"
 #include "types.h"
@@ -70,6 +71,10 @@ typedef struct ds_ctx_cfg {
 	size_t max_head;    /* widest key or value row in attention
 			       (head_dim; MLA: 576) */
 	size_t max_rope;    /* widest rotated part (head_dim, qk_rope_head_dim) */
+	size_t head_rows;   /* ds_matmul_heads: most T * heads per call, 0 if
+			       unused (MLA decode: tokens * n_head) */
+	size_t head_k;      /* ds_matmul_heads: widest per-head input, as kp
+			       (MLA: qk_nope_head_dim and kv_lora_rank) */
 } ds_ctx_cfg;
 
 /* Prepared activation rows (kernels.h ds_act): row r of q at q + r * ldq,
@@ -96,6 +101,7 @@ typedef struct ds_ctx {
 	int32_t *moe_tok, *moe_off;
 	float *moe_w, *moe_h;
 	ds_actbuf moe_x, moe_hq;
+	ds_actbuf heads;    /* [head_rows] rows of head_k: ds_matmul_heads */
 	/* per thread: tiles, attention scratch, RoPE tables */
 	uint8_t *thr;
 	size_t thr_bytes;
@@ -110,12 +116,17 @@ void ds_ctx_free(ds_ctx *c);
 
 /* The matrix view of a model tensor: ndim 2 ([n, k]) or 3 ([ne, n, k],
  * experts); bytes must be exactly what ds_tensor_bytes gives; perm NULL or
- * an i32 [k] (3-D: [ne, k]) permutation of 0 .. k-1, checked. */
+ * an i32 [k] (3-D: [ne, k]) permutation of 0 .. k-1, checked, for the
+ * q4, q8 and bf16 types only (GPTQ act-order). */
 int ds_mat_init(ds_mat *m, ds_ttype t, const void *data, uint64_t bytes,
 		int ndim, const uint64_t *shape, const int32_t *perm,
 		ds_err *err);
 /* Expert e of a 3-D tensor, as a 2-D matrix. */
 ds_mat ds_mat_expert(const ds_mat *m, uint64_t e);
+/* Rows r0 .. r0+n-1 of a 2-D matrix, r0 a multiple of 16 (one head's
+ * rows of a projection: MLA's W_UV[h] = rows h*(nope+v)+nope .. of
+ * attn_kv_b). */
+ds_mat ds_mat_rows(const ds_mat *m, uint64_t r0, uint64_t n);
 
 /* ---- matrix products -------------------------------------------------------- */
 
@@ -146,6 +157,16 @@ void ds_matmul(ds_ctx *c, const ds_mat *w, const float *x, size_t t, float *y);
  * distinct permutation, and all outputs' row-sets are split over the
  * threads in one job.  All matrices have the same k. */
 void ds_matmul_many(ds_ctx *c, const ds_in *in, const ds_mm_out *out, int n);
+
+/* Per-head products in one job (MLA decode: the absorbed query
+ * q_c[h] = W_UK[h]^T q_nope[h] and the value projection o[h] =
+ * W_UV[h] o_c[h]): y[t][h] = x[t][h] w[h]^T for h < nh, t < T, with
+ * w[nh] matrices of one type and shape [n, k] (ds_mat_expert or
+ * ds_mat_rows views); x[t][h] at x + t * ldx + h * hsx (k floats), y[t][h]
+ * at y + t * ldy + h * hsy (n floats).  T * nh <= cfg.head_rows. */
+void ds_matmul_heads(ds_ctx *c, const ds_mat *w, size_t nh, const float *x,
+		     size_t ldx, size_t hsx, size_t t, float *y, size_t ldy,
+		     size_t hsy);
 
 /* h [T][ldh] = silu(x W_gate^T) * (x W_up^T), gate and up [n_ff, k]:
  * both products of a row-set are combined in cache; ldh 0: n_ff. */
@@ -183,23 +204,6 @@ void ds_softmax(ds_ctx *c, float *x, size_t ld, size_t t, size_t n);
 
 #define DS_ROPE_MAXDIM 512
 
-enum ds_rope_scale {
-	DS_ROPE_SCALE_NONE,
-	DS_ROPE_SCALE_LINEAR,   /* positions divided by factor */
-	DS_ROPE_SCALE_YARN,     /* DeepSeek-V2/V3 */
-	DS_ROPE_SCALE_LLAMA3,   /* Llama 3.1 (R1-Distill-Llama) */
-};
-
-/* model.meta's rope_scaling (ds-model(5)). */
-typedef struct ds_rope_scaling_s {  /* tag: hfconfig.h has enum ds_rope_scaling */
-	enum ds_rope_scale type;
-	double factor;
-	double original_ctx;            /* original_max_position_embeddings */
-	double beta_fast, beta_slow;    /* YaRN */
-	double mscale, mscale_all_dim;  /* YaRN */
-	double low_freq_factor, high_freq_factor;   /* llama3 */
-} ds_rope_scaling;
-
 /* The precomputed frequencies of one RoPE: pair i of a head (neox:
  * (x[i], x[i + dim/2]), interleaved: (x[2i], x[2i+1])) is rotated at
  * position p by p * inv_freq[i]; cos and sin are multiplied by attn_factor
@@ -211,12 +215,14 @@ typedef struct ds_rope {
 	double attn_factor;
 } ds_rope;
 
-/* theta: rope_theta; sc NULL or type NONE: plain RoPE. */
-int ds_rope_init(ds_rope *r, enum ds_rope_style style, uint32_t dim,
-		 double theta, const ds_rope_scaling *sc, ds_err *err);
+/* The RoPE of a model: hp's rope_style, rope_theta and rope_scaling
+ * (none, linear, yarn, llama3), over the first dim values of a head
+ * (head_dim; DeepSeek: qk_rope_head_dim).  Frequencies in double, as
+ * DeepSeek's and transformers' formulas give them. */
+int ds_rope_init(ds_rope *r, const ds_hparams *hp, uint32_t dim, ds_err *err);
 /* The factor YaRN puts on the softmax scale, mscale(factor,
  * mscale_all_dim)^2 (1 without YaRN): scale = this / sqrt(d_qk). */
-double ds_rope_attn_scale(const ds_rope_scaling *sc);
+double ds_rope_attn_scale(const ds_hparams *hp);
 /* Rotate, in place, the first r->dim values of nh heads of T tokens: head
  * h of token t at x + t * ldx + h * hs (ldx 0: nh * hs), at position
  * pos[t], or pos0 + t when pos is NULL.  Angles are formed in double. */

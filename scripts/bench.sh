@@ -1,6 +1,8 @@
 #!/bin/sh
 # bench.sh - the benchmark suite behind `make bench`; writes bench/report.md.
 # Usage: scripts/bench.sh BIN_DIR
+# Each area has its own scripts/bench-<area>.sh that appends a section to
+# bench/report.md; they run in the order below.
 set -eu
 bin=${1:-bin}
 mkdir -p bench
@@ -9,5 +11,8 @@ mkdir -p bench
 	echo
 	echo "$(date -u '+%Y-%m-%d %H:%M UTC') on $(uname -n), $(nproc) CPUs"
 } > bench/report.md
-scripts/bench-convert.sh "$bin"
+for area in tok convert kernels model; do
+	s=scripts/bench-$area.sh
+	[ -x "$s" ] && "$s" "$bin"
+done
 echo "bench: wrote bench/report.md"

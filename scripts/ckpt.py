@@ -634,6 +634,10 @@ def byte_level_tokenizer(bos=BOS, eos=EOS):
         vocab["".join(m.split())] = nid
         nid += 1
     special = [("<｜begin▁of▁sentence｜>", bos), ("<｜end▁of▁sentence｜>", eos)]
+    # in the vocab too: Hugging Face gives an added token that is not in
+    # the vocab the next id after the vocab (here 266), whatever its "id"
+    for c, i in special:
+        vocab[c] = i
     added = [{"id": i, "content": c, "single_word": False, "lstrip": False,
               "rstrip": False, "normalized": False, "special": True} for c, i in special]
     bl = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,

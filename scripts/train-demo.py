@@ -243,7 +243,9 @@ def aux_loss(model, alpha):
     return tot
 
 
-def train(work, steps, batch, lr_max, log_every=10):
+def train(work, steps, batch, lr_max, stop_after=None, log_every=10):
+    """AdamW over `steps` (the lr schedule's length); stop_after ends the run
+    early on that schedule."""
     torch.manual_seed(SEED)
     # one thread: the 2 cores are shared, and two OpenMP threads on a busy
     # machine ran slower than one in trials
@@ -261,7 +263,8 @@ def train(work, steps, batch, lr_max, log_every=10):
     warm = max(1, steps // 25)
     g = torch.Generator().manual_seed(SEED + 1)
     rows, t0 = [], time.time()
-    for step in range(1, steps + 1):
+    last = min(steps, stop_after or steps)
+    for step in range(1, last + 1):
         lr = lr_max * (step / warm if step <= warm else
                        0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - warm) / (steps - warm))))
         for grp in opt.param_groups:
@@ -281,7 +284,7 @@ def train(work, steps, batch, lr_max, log_every=10):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         rows.append((step, step * batch * CTX, float(loss), float(la), lr, time.time() - t0))
-        if step % log_every == 0 or step == steps:
+        if step % log_every == 0 or step == last:
             log("step %d/%d loss %.4f aux %.4f lr %.2e %.0fs"
                 % (step, steps, rows[-1][2], rows[-1][3], lr, rows[-1][5]))
     with open(os.path.join(work, "loss.csv"), "w", newline="") as f:
@@ -289,7 +292,7 @@ def train(work, steps, batch, lr_max, log_every=10):
         w.writerow(["step", "tokens", "loss", "aux_loss", "lr", "seconds"])
         w.writerows(rows)
     torch.save(model.state_dict(), os.path.join(work, "train.pt"))
-    log("trained %d steps (%d tokens) in %.0f s" % (steps, steps * batch * CTX, time.time() - t0))
+    log("trained %d steps (%d tokens) in %.0f s" % (last, last * batch * CTX, time.time() - t0))
 
 
 # ----------------------------------------------------------------------------
@@ -604,7 +607,7 @@ def export(work, out, group_size=64):
         f.write(" ".join(map(str, held)) + "\n")
     res = {"ctx_size": CTX, "scheme": "forward.py --perplexity (llama-perplexity windows)"}
     for name, d in (("bf16", out), ("awq_dequant", ad)):
-        m = ref.build_model(d, torch.float64)
+        m = ref.build_model(d, torch.float32)       # float32: f64 differs by ~1e-6 relative
         ppl, n, nw, nll = ref.perplexity(m, held, CTX)
         res[name] = {"perplexity": ppl, "tokens": n, "windows": nw, "nll_sum": nll}
         log("held-out perplexity %s: %.4f over %d tokens" % (name, ppl, n))
@@ -628,6 +631,14 @@ def export(work, out, group_size=64):
         f.write(prompts[0][0] + "\n")
     import shutil
     shutil.copy(os.path.join(work, "loss.csv"), os.path.join(out, "loss.csv"))
+    rows = list(csv.DictReader(open(os.path.join(work, "loss.csv"))))
+    last = [float(r["loss"]) for r in rows[-25:]]
+    with open(os.path.join(out, "training.json"), "w") as f:
+        json.dump({"parameters": model_params(cfg), "steps": len(rows),
+                   "tokens": int(rows[-1]["tokens"]), "seconds": float(rows[-1]["seconds"]),
+                   "final_loss_mean_last_25_steps": sum(last) / len(last),
+                   "train_stream_tokens": int(len(data))}, f, indent=2)
+        f.write("\n")
     plot_loss(work, out, res["bf16"]["perplexity"])
 
 
@@ -638,6 +649,8 @@ def main():
     ap.add_argument("--steps", type=int, default=900)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--stop-after", type=int, default=None,
+                    help="stop after this many steps of the --steps schedule")
     ap.add_argument("--stage", choices=("all", "data", "train", "export"), default="all")
     args = ap.parse_args()
     random.seed(SEED)
@@ -645,7 +658,7 @@ def main():
     if args.stage in ("all", "data"):
         prepare_data(args.work)
     if args.stage in ("all", "train"):
-        train(args.work, args.steps, args.batch, args.lr)
+        train(args.work, args.steps, args.batch, args.lr, args.stop_after)
     if args.stage in ("all", "export"):
         export(args.work, args.out)
 

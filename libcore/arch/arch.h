@@ -13,6 +13,8 @@
 #include "forward.h"
 #include "ops.h"
 
+#define DS_FWD_MAPS 40
+
 /* One layer's weights ([out, in] as ds_mat; vectors f32). */
 typedef struct ds_layer {
 	const float *attn_norm;          /* (H) */
@@ -78,7 +80,7 @@ struct ds_fwd {
 	ds_rope rope;
 	float attn_scale;                /* softmax scale */
 	ds_router router;
-	void *derived;                   /* the DS_FWD_DERIVED tensors */
+	void *derived;                   /* the DS_FWD_DERIVED tensors (mapped) */
 	uint64_t derived_bytes;
 
 	/* activations, [max_batch] rows each */
@@ -103,11 +105,17 @@ struct ds_fwd {
 	size_t n_out;
 	float *xo;                       /* (T, H) those rows */
 	float *logits;                   /* (T, n_vocab) */
+	struct { void *p; size_t n; } maps[DS_FWD_MAPS];  /* the buffers */
+	int n_maps;
 	uint32_t *seq_next;              /* scratch [n_slot] for checking */
 	uint8_t *seq_seen;
 	uint32_t seq_cap;
 	uint64_t scratch_bytes;
 };
+
+/* An anonymous mapping of `bytes` (zero, resident only where written),
+ * freed with the forward. */
+void *ds_fwd_map(ds_fwd *f, size_t bytes, ds_err *err);
 
 /* The model's RoPE table and softmax scale (forward.c). */
 int ds_fwd_rope_init(const ds_hparams *hp, ds_rope *r, double *scale,

@@ -241,19 +241,15 @@ int ds_mla_alloc(ds_fwd *f, ds_err *err)
 		return ds_errf(err, "MLA buffers: size overflows");
 	hb->rows = rows;
 	if (nq == NEED_Q) {
-		hb->q = ds_aligned_alloc(64, rows * hb->ldq, err);
-		hb->qd = ds_aligned_alloc(64, rows * nb * sizeof(float), err);
-		hb->qs = ds_aligned_alloc(64, rows * nb * sizeof(float), err);
+		hb->q = ds_fwd_map(f, rows * hb->ldq, err);
+		hb->qd = ds_fwd_map(f, rows * nb * sizeof(float), err);
+		hb->qs = ds_fwd_map(f, rows * nb * sizeof(float), err);
 		if (!hb->q || !hb->qd || !hb->qs)
 			return -1;
-		f->scratch_bytes += rows * (hb->ldq + 2 * nb * sizeof(float));
 	}
-	if (nq == NEED_B || nd == NEED_B) {
-		hb->b = ds_aligned_alloc(64, rows * hb->ldq * 2, err);
-		if (hb->b == NULL)
-			return -1;
-		f->scratch_bytes += rows * hb->ldq * 2;
-	}
+	if ((nq == NEED_B || nd == NEED_B) &&
+	    (hb->b = ds_fwd_map(f, rows * hb->ldq * 2, err)) == NULL)
+		return -1;
 	return 0;
 }
 
@@ -296,8 +292,17 @@ static void derive_unit(const derive_job *j, size_t u, float *rows,
 	size_t n = part ? dv : dn, i, r, row0 = h * (dn + dv) + (part ? dn : 0);
 	const ds_mat *dst = part ? &L->wv_b : &L->wk_b;
 
-	for (i = 0; i < n; i++)
-		j->f->kern->dequant_row(&L->wkv_b, row0 + i, rows + i * rkv);
+	for (i = 0; i < n; i++) {
+		float *w = rows + i * rkv;
+
+		j->f->kern->dequant_row(&L->wkv_b, row0 + i, w);
+		/* act-order GPTQ: stored column c is input perm[c] */
+		if (L->wkv_b.perm != NULL) {
+			memcpy(tr, w, rkv * sizeof *w);
+			for (r = 0; r < rkv; r++)
+				w[L->wkv_b.perm[r]] = tr[r];
+		}
+	}
 	if (part) {             /* W_UV[h]: the rows as they are [dv, rkv] */
 		pack(dst->type, rows, u16, dv, rkv,
 		     (uint8_t *)dst->data + h * dst->e_bytes);
@@ -337,9 +342,10 @@ static int derive_alloc(ds_fwd *f, ds_ttype dt, int parts, ds_err *err)
 	per = ds_round_up(bk, 64) + ds_round_up(bv, 64);
 	if (ds_mul_u64(per, hp->n_layer, &total) || total > SIZE_MAX)
 		return ds_errf(err, "MLA: derived matrices: size overflows");
-	f->derived = p = ds_aligned_alloc(4096, total, err);
+	f->derived = p = ds_fwd_map(f, total, err);
 	if (p == NULL)
 		return ds_err_prefix(err, "MLA: derived matrices");
+	f->scratch_bytes -= ds_round_up(total, 4096);
 	f->derived_bytes = total;
 	for (l = 0; l < hp->n_layer; l++, p += per) {
 		ds_layer *L = &f->layers[l];

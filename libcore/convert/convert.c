@@ -8,6 +8,7 @@
 
 #include "convert.h"
 #include "hfconfig.h"
+#include "tokenizer/tokenizer.h"
 
 #define MAX_CONFIG_BYTES (16u << 20)
 #define PARALLEL_MIN (1u << 20) /* weights */
@@ -372,14 +373,13 @@ static int write_perm(ctx *c, const item *it, ds_err *err)
 static int run_item(ctx *c, const item *it, ds_err *err)
 {
 	const ds_tdesc *d = it->d;
-	uint64_t one[2] = { d->shape[d->ndim - 2], d->shape[d->ndim - 1] }, bytes;
-	uint64_t k = d->shape[d->ndim - 1];
+	/* one matrix (one expert of a stack), or the vector */
+	const uint64_t *one = d->ndim == 3 ? d->shape + 1 : d->shape;
+	uint64_t k = d->shape[d->ndim - 1], bytes;
 	uint32_t e;
 
-	if (d->ndim == 1)
-		one[0] = 1, one[1] = d->shape[0];
-	if (ds_tensor_bytes(it->type, d->ndim == 1 ? 1 : 2,
-			    d->ndim == 1 ? one + 1 : one, &bytes) || grow(c, bytes, err))
+	if (ds_tensor_bytes(it->type, d->ndim == 1 ? 1 : 2, one, &bytes) ||
+	    grow(c, bytes, err))
 		return ds_errf(err, "%s: too large", d->name);
 	if (it->perm) {
 		free(c->perm);
@@ -462,10 +462,8 @@ static json_t *model_meta(const ctx *c)
 int ds_convert_extras(const char *src, const char *tmp, json_t *meta,
 		      ds_err *err)
 {
-	/* The tokenizer step (tokenizer.bin, meta "tokenizer" and
-	 * "chat_template") is added here by libcore/tokenizer. */
-	(void)src, (void)tmp, (void)meta, (void)err;
-	return 0;
+	/* tokenizer.bin and the meta's "tokenizer" and "chat_template" */
+	return ds_tok_convert(src, tmp, meta, err);
 }
 
 /* ---- the whole conversion -------------------------------------------------------- */

@@ -19,11 +19,12 @@ static double yarn_corr_dim(double rot, double dim, double base, double l0)
 	return dim * log(l0 / (rot * 2 * M_PI)) / (2 * log(base));
 }
 
-static void yarn(ds_rope *r, double base, const ds_rope_scaling *sc)
+static void yarn(ds_rope *r, double base, const ds_hparams *hp)
 {
-	double d = r->dim, s = sc->factor;
-	double lo = floor(yarn_corr_dim(sc->beta_fast, d, base, sc->original_ctx));
-	double hi = ceil(yarn_corr_dim(sc->beta_slow, d, base, sc->original_ctx));
+	const double d = r->dim, s = hp->rope_scaling.factor;
+	const double l0 = hp->rope_scaling.original_ctx;
+	double lo = floor(yarn_corr_dim(hp->rope_scaling.beta_fast, d, base, l0));
+	double hi = ceil(yarn_corr_dim(hp->rope_scaling.beta_slow, d, base, l0));
 	uint32_t i;
 
 	lo = lo < 0 ? 0 : lo;
@@ -36,33 +37,34 @@ static void yarn(ds_rope *r, double base, const ds_rope_scaling *sc)
 		ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
 		r->inv_freq[i] = r->inv_freq[i] / s * ramp + r->inv_freq[i] * (1 - ramp);
 	}
-	r->attn_factor = yarn_mscale(s, sc->mscale) / yarn_mscale(s, sc->mscale_all_dim);
+	r->attn_factor = yarn_mscale(s, hp->rope_scaling.mscale) /
+			 yarn_mscale(s, hp->rope_scaling.mscale_all_dim);
 }
 
-static void llama3(ds_rope *r, const ds_rope_scaling *sc)
+static void llama3(ds_rope *r, const ds_hparams *hp)
 {
-	double lo_w = sc->original_ctx / sc->low_freq_factor;
-	double hi_w = sc->original_ctx / sc->high_freq_factor;
+	const double l0 = hp->rope_scaling.original_ctx, f = hp->rope_scaling.factor;
+	const double lf = hp->rope_scaling.low_freq_factor, hf = hp->rope_scaling.high_freq_factor;
+	double lo_w = l0 / lf, hi_w = l0 / hf;
 	uint32_t i;
 
 	for (i = 0; i < r->dim / 2; i++) {
-		double f = r->inv_freq[i], wl = 2 * M_PI / f;
+		double v = r->inv_freq[i], wl = 2 * M_PI / v;
 
 		if (wl > lo_w) {
-			r->inv_freq[i] = f / sc->factor;
+			r->inv_freq[i] = v / f;
 		} else if (wl >= hi_w) {
-			double sm = (sc->original_ctx / wl - sc->low_freq_factor) /
-				    (sc->high_freq_factor - sc->low_freq_factor);
+			double sm = (l0 / wl - lf) / (hf - lf);
 
-			r->inv_freq[i] = (1 - sm) * f / sc->factor + sm * f;
+			r->inv_freq[i] = (1 - sm) * v / f + sm * v;
 		}
 	}
 }
 
-int ds_rope_init(ds_rope *r, enum ds_rope_style style, uint32_t dim,
-		 double theta, const ds_rope_scaling *sc, ds_err *err)
+int ds_rope_init(ds_rope *r, const ds_hparams *hp, uint32_t dim, ds_err *err)
 {
-	enum ds_rope_scale type = sc ? sc->type : DS_ROPE_SCALE_NONE;
+	enum ds_rope_scaling type = hp->rope_scaling.type;
+	double theta = hp->rope_theta, f = hp->rope_scaling.factor;
 	uint32_t i;
 
 	memset(r, 0, sizeof *r);
@@ -70,43 +72,45 @@ int ds_rope_init(ds_rope *r, enum ds_rope_style style, uint32_t dim,
 		return ds_errf(err, "rope: dimension %u (even, at most %d)", dim, DS_ROPE_MAXDIM);
 	if (!(theta > 1))
 		return ds_errf(err, "rope: rope_theta %g", theta);
-	if (type != DS_ROPE_SCALE_NONE && !(sc->factor > 0))
-		return ds_errf(err, "rope: rope_scaling factor %g", sc->factor);
-	if ((type == DS_ROPE_SCALE_YARN || type == DS_ROPE_SCALE_LLAMA3) && !(sc->original_ctx > 0))
-		return ds_errf(err, "rope: rope_scaling original_ctx %g", sc->original_ctx);
-	if (type == DS_ROPE_SCALE_LLAMA3 &&
-	    !(sc->low_freq_factor > 0 && sc->high_freq_factor > sc->low_freq_factor))
+	if (type != DS_ROPE_SCALING_NONE && !(f > 0))
+		return ds_errf(err, "rope: rope_scaling factor %g", f);
+	if ((type == DS_ROPE_SCALING_YARN || type == DS_ROPE_SCALING_LLAMA3) &&
+	    hp->rope_scaling.original_ctx == 0)
+		return ds_errf(err, "rope: rope_scaling original_ctx 0");
+	if (type == DS_ROPE_SCALING_LLAMA3 &&
+	    !(hp->rope_scaling.low_freq_factor > 0 &&
+	      hp->rope_scaling.high_freq_factor > hp->rope_scaling.low_freq_factor))
 		return ds_errf(err, "rope: llama3 low/high_freq_factor %g/%g",
-			       sc->low_freq_factor, sc->high_freq_factor);
-	r->style = style;
+			       hp->rope_scaling.low_freq_factor, hp->rope_scaling.high_freq_factor);
+	r->style = hp->rope_style;
 	r->dim = dim;
 	r->attn_factor = 1;
 	for (i = 0; i < dim / 2; i++)
 		r->inv_freq[i] = pow(theta, -2.0 * i / dim);
 	switch (type) {
-	case DS_ROPE_SCALE_NONE:
+	case DS_ROPE_SCALING_NONE:
 		break;
-	case DS_ROPE_SCALE_LINEAR:
+	case DS_ROPE_SCALING_LINEAR:
 		for (i = 0; i < dim / 2; i++)
-			r->inv_freq[i] /= sc->factor;
+			r->inv_freq[i] /= f;
 		break;
-	case DS_ROPE_SCALE_YARN:
-		yarn(r, theta, sc);
+	case DS_ROPE_SCALING_YARN:
+		yarn(r, theta, hp);
 		break;
-	case DS_ROPE_SCALE_LLAMA3:
-		llama3(r, sc);
+	case DS_ROPE_SCALING_LLAMA3:
+		llama3(r, hp);
 		break;
 	}
 	return 0;
 }
 
-double ds_rope_attn_scale(const ds_rope_scaling *sc)
+double ds_rope_attn_scale(const ds_hparams *hp)
 {
 	double m;
 
-	if (sc == NULL || sc->type != DS_ROPE_SCALE_YARN)
+	if (hp->rope_scaling.type != DS_ROPE_SCALING_YARN)
 		return 1;
-	m = yarn_mscale(sc->factor, sc->mscale_all_dim);
+	m = yarn_mscale(hp->rope_scaling.factor, hp->rope_scaling.mscale_all_dim);
 	return m * m;
 }
 

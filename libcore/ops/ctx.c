@@ -80,8 +80,10 @@ int ds_ctx_init(ds_ctx *c, ds_pool *pool, const ds_ctx_cfg *cfg, ds_err *err)
 		c->moe_hq.f = c->moe_h;
 		c->moe_hq.ldf = g->moe_ff;
 	}
+	if (g->head_rows)
+		buf_alloc(&c->heads, g->head_rows, g->head_k, types, &fail, err);
 	/* per thread: FFN tiles, attention, a RoPE row, router scores */
-	thr = 2 * TB * DS_ROWSET * sizeof(float);
+	thr = 2 * TB_MAX * DS_ROWSET * sizeof(float);
 	if (DS_ATTN_SCRATCH(g->max_group, g->max_head, g->max_head) * sizeof(float) > thr)
 		thr = DS_ATTN_SCRATCH(g->max_group, g->max_head, g->max_head) * sizeof(float);
 	if ((g->max_rope + 16) * sizeof(float) > thr)
@@ -109,6 +111,7 @@ void ds_ctx_free(ds_ctx *c)
 	buf_free(&c->moe_x);
 	c->moe_hq.f = NULL;
 	buf_free(&c->moe_hq);
+	buf_free(&c->heads);
 	free(c->thr);
 	memset(c, 0, sizeof *c);
 }

@@ -6,7 +6,7 @@
  * activation rows (normalize, permute, quantize; rows split over the
  * threads), meet at a barrier, then each computes its share of the output
  * row-sets (split with ds_split, the same share on every call) for blocks
- * of TB activation rows at a time.
+ * of ops_tb() activation rows at a time.
  */
 #include "ops_int.h"
 
@@ -64,6 +64,18 @@ ds_mat ds_mat_expert(const ds_mat *m, uint64_t e)
 	if (m->perm)
 		r.perm = m->perm + e * m->k;
 	r.ne = 1;
+	return r;
+}
+
+ds_mat ds_mat_rows(const ds_mat *m, uint64_t r0, uint64_t n)
+{
+	ds_mat r;
+
+	DS_ASSERT(r0 % DS_ROWSET == 0 && r0 + n <= m->n && m->ne == 1);
+	r = ds_mat_from_rowset(m, r0 / DS_ROWSET);
+	r.n = n;
+	r.e_bytes = ds_ttype_interleaved(m->type) ? m->rs_bytes * ((n + DS_ROWSET - 1) / DS_ROWSET)
+						  : n * m->k * (m->type.dt == DS_F16 ? 2 : 4);
 	return r;
 }
 
@@ -184,6 +196,8 @@ static void mm_fn(void *arg, int ith, int nth)
 	mm_prep(j, ith, nth);
 	ds_pool_barrier(j->c->pool);
 	ds_split(j->sets[j->n], ith, nth, &b, &e);
+	size_t TB = ops_tb(j->need, j->kp);
+
 	for (tb = 0; tb < j->t; tb += TB) {
 		size_t nt = j->t - tb < TB ? j->t - tb : TB;
 
@@ -275,6 +289,66 @@ void ds_matmul(ds_ctx *c, const ds_mat *w, const float *x, size_t t, float *y)
 	ds_matmul_many(c, &in, &o, 1);
 }
 
+/* ---- per-head products -------------------------------------------------------- */
+
+struct heads_job {
+	ds_ctx *c;
+	const ds_mat *w;
+	size_t nh, t, ldx, hsx, ldy, hsy;
+	const float *x;
+	float *y;
+};
+
+/* Prepared row h * T + t is x[t][h]: each head's rows are contiguous. */
+static void heads_fn(void *arg, int ith, int nth)
+{
+	struct heads_job *j = arg;
+	const ds_mat *w0 = &j->w[0];
+	size_t sets = (w0->n + DS_ROWSET - 1) / DS_ROWSET, b, e, i, kp = ds_round_up(w0->kp, DS_QBLOCK);
+	int need = need_of(w0->type);
+
+	ds_split(j->nh * j->t, ith, nth, &b, &e);
+	for (i = b; i < e; i++) {
+		size_t h = i / j->t, t = i % j->t;
+
+		ops_prep_row(j->c, j->x + t * j->ldx + h * j->hsx, w0->k, kp, j->w[h].perm,
+			     NULL, 0, need, &j->c->heads, i);
+	}
+	ds_pool_barrier(j->c->pool);
+	ds_split(j->nh * sets, ith, nth, &b, &e);
+	for (i = b; i < e; i++) {
+		size_t h = i / sets, rs = i % sets, t;
+		ds_act a = ops_act(&j->c->heads, need, h * j->t, j->t);
+		ds_mat v = ds_mat_from_rowset(&j->w[h], rs);
+		float tile[DS_ROWSET * 16];
+
+		/* a tile of up to 16 rows at a time: y's heads are strided */
+		for (t = 0; t < j->t; t += 16) {
+			size_t nt = j->t - t < 16 ? j->t - t : 16, r, nv = v.n < DS_ROWSET ? v.n : DS_ROWSET;
+			ds_act at = ds_act_rows(&a, t, nt);
+
+			j->c->kern->mm[v.type.dt](&v, &at, tile, DS_ROWSET, 0, 1);
+			for (r = 0; r < nt; r++)
+				memcpy(j->y + (t + r) * j->ldy + h * j->hsy + rs * DS_ROWSET,
+				       tile + r * DS_ROWSET, nv * sizeof(float));
+		}
+	}
+}
+
+void ds_matmul_heads(ds_ctx *c, const ds_mat *w, size_t nh, const float *x,
+		     size_t ldx, size_t hsx, size_t t, float *y, size_t ldy,
+		     size_t hsy)
+{
+	struct heads_job j = { c, w, nh, t, ldx, hsx, ldy, hsy, x, y };
+	size_t h;
+
+	DS_ASSERT(nh * t <= c->heads.rows && w[0].kp <= c->heads.ldq);
+	for (h = 1; h < nh; h++)
+		DS_ASSERT(w[h].type.dt == w[0].type.dt && w[h].type.group == w[0].type.group &&
+			  w[h].n == w[0].n && w[h].k == w[0].k);
+	ops_run(c, heads_fn, &j);
+}
+
 /* ---- gate and up ------------------------------------------------------------- */
 
 struct ffn_job {
@@ -306,7 +380,7 @@ static void ffn_block(struct ffn_job *j, int ith, size_t b, size_t e,
 		      size_t tb, size_t nt, int pass)
 {
 	const ds_kernels *K = j->c->kern;
-	float *tg = ops_thr(j->c, ith), *tu = tg + TB * DS_ROWSET;
+	float *tg = ops_thr(j->c, ith), *tu = tg + TB_MAX * DS_ROWSET;
 	ds_act ag = ops_act(j->dst, need_of(j->gate->type), tb, nt);
 	ds_act au = ops_act(j->dst, need_of(j->up->type), tb, nt);
 	size_t rs, t;
@@ -337,7 +411,7 @@ static void ffn_fn(void *arg, int ith, int nth)
 {
 	struct ffn_job *j = arg;
 	int ng = need_of(j->gate->type), nu = need_of(j->up->type), pass;
-	size_t b, e, tb;
+	size_t b, e, tb, TB = ops_tb(ng | nu, j->kp);
 
 	ds_split((j->gate->n + DS_ROWSET - 1) / DS_ROWSET, ith, nth, &b, &e);
 	for (pass = j->two_pass ? 1 : 0; pass <= (j->two_pass ? 2 : 0); pass++) {

@@ -107,8 +107,9 @@ static void gate_up_item(struct moe_job *j, int ith, size_t item, int pass)
 	int32_t ex = j->act[item / j->ff_sets];
 	size_t rs = item % j->ff_sets, r0 = (size_t)j->off[ex], r1 = (size_t)j->off[ex + 1];
 	ds_mat g = ds_mat_expert(j->gate, (uint64_t)ex), u = ds_mat_expert(j->up, (uint64_t)ex);
-	float *tg = ops_thr(j->c, ith), *tu = tg + TB * DS_ROWSET;
+	float *tg = ops_thr(j->c, ith), *tu = tg + TB_MAX * DS_ROWSET;
 	size_t ff = j->c->cfg.moe_ff, nv = g.n - rs * DS_ROWSET, tb, t;
+	size_t TB = ops_tb(need_of(g.type) | need_of(u.type), g.kp);
 
 	nv = nv < DS_ROWSET ? nv : DS_ROWSET;
 	for (tb = r0; tb < r1; tb += TB) {
@@ -136,7 +137,7 @@ static void down_share(struct moe_job *j, int ith, int nth)
 {
 	const ds_kernels *K = j->c->kern;
 	float *tile = ops_thr(j->c, ith);
-	size_t b, e, rs, a, tb, t;
+	size_t b, e, rs, a, tb, t, TB = ops_tb(need_of(j->down->type), j->down->kp);
 
 	ds_split((j->down->n + DS_ROWSET - 1) / DS_ROWSET, ith, nth, &b, &e);
 	for (rs = b; rs < e; rs++) {

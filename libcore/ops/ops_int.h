@@ -11,10 +11,12 @@
 
 #include "ops.h"
 
-/* Activation rows per kernel call: the prepared rows of one block (up to
- * TB * ldq int8 plus their scales) stay in L2 while every row-set of the
- * thread's share streams past them. */
-#define TB 48
+/* Activation rows per kernel call: the prepared rows of one block (about
+ * 768 KiB of int8) stay in L2 while every row-set of the thread's share
+ * streams past them once; more rows per block mean fewer passes over the
+ * weights.  A multiple of the kernels' tiles (4 and 6 rows). */
+#define TB_MAX 192
+
 
 enum { NEED_Q = 1, NEED_B = 2, NEED_F = 4 };
 
@@ -22,6 +24,15 @@ enum { NEED_Q = 1, NEED_B = 2, NEED_F = 4 };
 static inline int need_of(ds_ttype t)
 {
 	return t.dt == DS_Q4 || t.dt == DS_Q8 ? NEED_Q : t.dt == DS_BF16 ? NEED_B : NEED_F;
+}
+
+/* need: the forms read (NEED_*), k: the input width */
+static inline size_t ops_tb(int need, size_t k)
+{
+	size_t row = (need & NEED_F ? 4 : need & NEED_B ? 2 : 1) * (k ? k : 1);
+	size_t tb = (size_t)786432 / row / 12 * 12;
+
+	return tb < 12 ? 12 : tb > TB_MAX ? TB_MAX : tb;
 }
 
 /* Per-thread scratch of thread ith (c->thr_bytes bytes, 64-aligned). */

@@ -155,7 +155,8 @@ static int read_settings(ds_qconfig *q, const json_t *o, ds_err *err)
 	if (lower_eq(s, "fp8"))
 		return ds_errf(err, "%s: fp8 weights (DeepSeek-V3's official FP8 "
 			       "release) are not supported: convert them to BF16 "
-			       "first (DeepSeek's inference/fp8_cast_bf16.py)",
+			       "first (DeepSeek's inference/fp8_cast_bf16.py) and "
+			       "drop quantization_config from config.json",
 			       q->file);
 	return ds_errf(err, "%s: quant_method \"%.32s\" is not supported (awq, "
 		       "gptq)", q->file, s);

@@ -5,7 +5,8 @@
  * and decoded as UTF-8 lossily (String::from_utf8_lossy: each maximal
  * invalid subpart becomes one U+FFFD).  An added token whose characters are
  * all in the byte map is un-mapped like any piece; otherwise its UTF-8 is
- * used as it is.
+ * used as it is.  An added token decodes from its content as written,
+ * also when it is matched in its normalized form (tokenizers 0.22).
  * HF byte fallback (Replace U+2581 -> ' ', ByteFallback, Fuse, Strip):
  * a run of <0xHH> tokens becomes its bytes if they are valid UTF-8, else
  * one U+FFFD per byte; then one leading space of the whole text goes.
@@ -215,7 +216,7 @@ static int push_bytelevel(ds_tok_stream *st, int32_t id, ds_tok_text *o,
 		size_t m = 0, i = 0;
 		int ok = 1;
 
-		s = (e->attr & TA_NORMALIZED) ? tb_text(t, id, &n) : tb_piece(t, id, &n);
+		s = tb_piece(t, id, &n); /* the content, even if normalized */
 		while (i < n && ok) {
 			uint32_t cp;
 			size_t l = tk_utf8_len(s + i, n - i, &cp);
@@ -272,8 +273,8 @@ static int push_hf(ds_tok_stream *st, int32_t id, ds_tok_text *o, ds_err *err)
 	}
 	if (st->in_bytes && flush_run_all(st, o, err))
 		return -1;
-	s = (e->attr & TA_ADDED) && !(e->attr & TA_NORMALIZED) ? tb_piece(t, id, &n)
-							       : tb_text(t, id, &n);
+	/* an added token decodes to its content, normalized or not */
+	s = (e->attr & TA_ADDED) ? tb_piece(t, id, &n) : tb_text(t, id, &n);
 	if (!(f & TBF_DEC_META))
 		return emit(o, s, n, err);
 	drop = (f & TBF_DEC_STRIP1) && !st->started;

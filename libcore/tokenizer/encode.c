@@ -39,16 +39,24 @@ static int oom(ds_err *err)
 
 /* ---- added tokens ------------------------------------------------------------ */
 
+/* single_word's \w: that of Rust's regex crate, which added_vocabulary.rs
+ * uses (Alphabetic, M, Nd, Pc, Join_Control): letters, marks, decimal and
+ * letter numbers, connectors, ZWNJ/ZWJ, and the symbols that are
+ * Other_Alphabetic (circled and squared letters).  Not Oniguruma's \w,
+ * which also holds superscript digits and vulgar fractions. */
 static int is_word(uint32_t cp)
 {
-	int c = ds_uni_cat(cp);
-	const char *n = ds_uni_cat_names[c];
+	static const uint32_t other_alpha_so[][2] = {
+		{ 0x24b6, 0x24e9 }, { 0x1f130, 0x1f149 }, { 0x1f150, 0x1f169 },
+		{ 0x1f170, 0x1f189 },
+	};
+	const char *n = ds_uni_cat_names[ds_uni_cat(cp)];
 
 	if (n[0] == 'L' || n[0] == 'M' || (n[0] == 'N' && (n[1] == 'd' || n[1] == 'l')) ||
-	    (n[0] == 'P' && n[1] == 'c'))
+	    (n[0] == 'P' && n[1] == 'c') || cp == 0x200c || cp == 0x200d)
 		return 1;
-	for (uint32_t i = 0; i < ds_uni_nword_extra; i++)
-		if (cp >= ds_uni_word_extra[i][0] && cp <= ds_uni_word_extra[i][1])
+	for (size_t i = 0; i < sizeof other_alpha_so / sizeof other_alpha_so[0]; i++)
+		if (cp >= other_alpha_so[i][0] && cp <= other_alpha_so[i][1])
 			return 1;
 	return 0;
 }
@@ -69,19 +77,17 @@ static uint32_t last_cp(const uint8_t *s, size_t n)
 static size_t added_at(const ds_tok *t, const uint8_t *s, size_t n,
 		       int norm, int32_t *id)
 {
-	uint32_t h = TB_HASH_INIT;
+	uint32_t cur = 0;
 	size_t best = 0;
 
 	for (size_t k = 0; k < n && k < t->max_added_len; k++) {
-		const struct tb_trie *e;
+		int32_t e;
 
-		h = tb_hash_step(h, s[k]);
-		e = tb_trie_find(t, 0, s, k + 1, h);
-		if (e == NULL)
+		if ((cur = tb_trie_step(t, 0, cur, s[k], &e)) == 0)
 			break;
-		if (e->id >= 0 && !!(t->tok[e->id].attr & TA_NORMALIZED) == norm) {
+		if (e >= 0 && !!(t->tok[e].attr & TA_NORMALIZED) == norm) {
 			best = k + 1;
-			*id = e->id;
+			*id = e;
 		}
 	}
 	return best;

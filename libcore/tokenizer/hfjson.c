@@ -209,6 +209,18 @@ static int read_pretok(struct tb_builder *b, json_t *n, ds_err *err)
 		op.op = OP_SPLIT;
 		op.b = (uint32_t)jbool(n, "invert", 0);
 		op.c = (uint32_t)lit;
+		if (!lit) {
+			/* translated now, so that loading need not */
+			char *tr = tk_onig_to_pcre2(p, strlen(p), err);
+			int rc;
+
+			if (tr == NULL)
+				return -1;
+			rc = add_op(b, 1, &op, p, strlen(p), tr, strlen(tr), err);
+			free(tr);
+			pcre2_config(PCRE2_CONFIG_UNICODE_VERSION, b->pcre_unicode);
+			return rc;
+		}
 		return add_op(b, 1, &op, p, strlen(p), NULL, 0, err);
 	}
 	if (strcmp(type, "ByteLevel") == 0) {

@@ -279,19 +279,17 @@ static size_t charsmap_match(const ds_tok *t, const uint8_t *s, size_t n,
 /* The longest user-defined piece at s (SentencePiece's PrefixMatcher). */
 size_t tk_user_match(const ds_tok *t, const uint8_t *s, size_t n)
 {
-	uint32_t h = TB_HASH_INIT;
+	uint32_t cur = 0;
 	size_t best = 0;
 
-	if (t->n_added == 0)
+	if (t->max_added_len == 0)
 		return 0;
 	for (size_t k = 0; k < n && k < t->max_added_len; k++) {
-		const struct tb_trie *e;
+		int32_t id;
 
-		h = tb_hash_step(h, s[k]);
-		e = tb_trie_find(t, 0, s, k + 1, h);
-		if (e == NULL)
+		if ((cur = tb_trie_step(t, 0, cur, s[k], &id)) == 0)
 			break;
-		if (e->id >= 0)
+		if (id >= 0)
 			best = k + 1;
 	}
 	return best;
@@ -356,10 +354,18 @@ int tk_normalize_sp(const ds_tok *t, const uint8_t *s, size_t n, tb_buf *out,
 			rn--;
 		}
 		if (rn > 0) {
-			for (size_t i = 0; i < rn; i++)
-				if (escape && r[i] == ' ' ? tb_buf_put(out, SP_SPACE, 3)
-							  : tb_buf_put(out, r + i, 1))
+			const char *p = r, *e = r + rn, *sp;
+
+			while (p < e) {
+				sp = escape ? memchr(p, ' ', (size_t)(e - p)) : NULL;
+				if (tb_buf_put(out, p, (size_t)((sp ? sp : e) - p)))
 					return oom(err);
+				if (sp == NULL)
+					break;
+				if (tb_buf_put(out, SP_SPACE, 3))
+					return oom(err);
+				p = sp + 1;
+			}
 			prev_space = r[rn - 1] == ' ';
 		}
 		s += m;

@@ -563,10 +563,13 @@ static const char gpt2_pattern[] =
 	"'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|"
 	"\\s+(?!\\S)|\\s+";
 
+/* Compile pattern pat (n bytes, Oniguruma syntax, or a literal), or its
+ * translation tr (tn bytes) when that was made for the PCRE2 at hand. */
 static pcre2_code *compile(const ds_tok *t, const char *pat, size_t n,
-			   int literal, ds_err *err)
+			   int literal, const char *tr, size_t tn, ds_err *err)
 {
 	char *p;
+	char ver[32] = "";
 	pcre2_code *re;
 	int ec;
 	PCRE2_SIZE eo;
@@ -584,6 +587,16 @@ static pcre2_code *compile(const ds_tok *t, const char *pat, size_t n,
 		opts |= PCRE2_LITERAL;
 		opts &= ~(uint32_t)(PCRE2_MULTILINE | PCRE2_ALT_CIRCUMFLEX |
 				    PCRE2_UCP);
+	} else if (tn > 0 &&
+		   pcre2_config(PCRE2_CONFIG_UNICODE_VERSION, ver) >= 0 &&
+		   strncmp(ver, t->h->pcre_unicode, sizeof t->h->pcre_unicode) == 0) {
+		p = malloc(tn + 1);
+		if (p == NULL) {
+			ds_errf(err, "out of memory");
+			return NULL;
+		}
+		memcpy(p, tr, tn);
+		p[tn] = '\0';
 	} else if ((p = tk_onig_to_pcre2(pat, n, err)) == NULL) {
 		ds_err_prefix(err, "%s", t->name);
 		return NULL;
@@ -612,13 +625,15 @@ int tk_compile_regexes(ds_tok *t, ds_err *err)
 
 		if (o->op == OP_SPLIT) {
 			t->pretok_re[i] = compile(t, (const char *)t->pool + o->s1_off,
-						  o->s1_len, (int)o->c, err);
+						  o->s1_len, (int)o->c,
+						  (const char *)t->pool + o->s2_off,
+						  o->s2_len, err);
 			if (t->pretok_re[i] == NULL)
 				return -1;
 		}
 		if (o->op == OP_BYTELEVEL && o->b && t->gpt2_re == NULL) {
 			t->gpt2_re = compile(t, gpt2_pattern, strlen(gpt2_pattern),
-					     0, err);
+					     0, NULL, 0, err);
 			if (t->gpt2_re == NULL)
 				return -1;
 		}
@@ -628,7 +643,8 @@ int tk_compile_regexes(ds_tok *t, ds_err *err)
 
 		if (o->op == OP_REPLACE_RE || o->op == OP_REPLACE) {
 			t->norm_re[i] = compile(t, (const char *)t->pool + o->s1_off,
-						o->s1_len, o->op == OP_REPLACE, err);
+						o->s1_len, o->op == OP_REPLACE, NULL, 0,
+						err);
 			if (t->norm_re[i] == NULL)
 				return -1;
 		}

@@ -82,7 +82,9 @@ struct tb_header {
 	int32_t bos, eos, eot, unk, pad;
 	float min_score, max_score; /* SP Unigram: over NORMAL pieces */
 	char chat[32];              /* chat template name, NUL-terminated */
-	uint32_t reserved[6];
+	char pcre_unicode[16];      /* PCRE2's Unicode version when the
+				       translated Split patterns were made */
+	uint32_t reserved[2];
 };
 
 enum tb_sect_kind {
@@ -92,10 +94,8 @@ enum tb_sect_kind {
 	TS_ENC_HASH,        /* u32 slots: key = text, TA_ENC tokens only */
 	TS_MERGES,          /* struct tb_merge slots (HF BPE) */
 	TS_BYTE_IDS,        /* i32 [256]: byte-level or <0xHH> token per byte */
-	TS_ADDED_SLOTS,     /* u32 slots over TS_ADDED_ENTS */
-	TS_ADDED_ENTS,      /* struct tb_trie: prefixes of added tokens */
-	TS_UNI_SLOTS,       /* u32 slots over TS_UNI_ENTS */
-	TS_UNI_ENTS,        /* struct tb_trie: prefixes of SP pieces */
+	TS_ADDED_DA,        /* struct tb_da: trie of the added tokens */
+	TS_UNI_DA,          /* struct tb_da: trie of the SP pieces (Unigram) */
 	TS_CHARSMAP,        /* SP precompiled_charsmap blob */
 	TS_NORM,            /* struct tb_op [] normalizer program */
 	TS_PRETOK,          /* struct tb_op [] pre-tokenizer program */
@@ -122,12 +122,13 @@ struct tb_merge {
 	uint32_t rank, id; /* priority (0 first) and the merged token */
 };
 
-/* One entry per distinct prefix of the keys: (off, len) in the pool,
- * id of the token whose key it is (-1 when only a prefix), hash of it. */
-struct tb_trie {
-	uint32_t off, len;
+/* A trie as a double array: node s's child by byte c is slot
+ * base[s] + c, if that slot's check is s + 1 (base 0: no children).
+ * Slot 0 is the root (the empty prefix); id is the token whose key the
+ * node's prefix is, -1 if none. */
+struct tb_da {
+	uint32_t base, check;
 	int32_t id;
-	uint32_t hash;
 };
 
 /* What the added-token matcher needs to know up front (so that opening a
@@ -148,7 +149,8 @@ enum tb_opcode {
 	OP_REPLACE_RE,     /* regex s1 -> s2 */
 	OP_STRIP,          /* a: left, b: right */
 	/* pre-tokenizers */
-	OP_SPLIT = 32,     /* regex s1 (a: behavior, b: invert, c: literal) */
+	OP_SPLIT = 32,     /* regex s1 (a: behavior, b: invert, c: literal);
+			      s2: s1 translated for PCRE2 (tk_onig_to_pcre2) */
 	OP_BYTELEVEL,      /* a: add_prefix_space, b: use_regex */
 	OP_DIGITS,         /* a: individual_digits */
 	OP_METASPACE,      /* s1: replacement, a: prepend scheme, b: split */
@@ -180,9 +182,8 @@ struct ds_tok {
 	const struct tb_merge *merges;
 	uint32_t merge_mask;
 	const int32_t *byte_ids;
-	const uint32_t *added_slots, *uni_slots;
-	const struct tb_trie *added, *uni;
-	uint32_t added_mask, uni_mask, n_added, n_uni;
+	const struct tb_da *added, *uni;
+	uint32_t n_added, n_uni;          /* slots */
 	const uint8_t *charsmap;
 	uint32_t charsmap_len;
 	const struct tb_op *norm, *pretok;
@@ -223,6 +224,7 @@ struct tb_builder {
 	const uint8_t *charsmap;  /* while reading only */
 	uint32_t charsmap_off, charsmap_len; /* the blob, in the pool */
 	char chat[32];
+	char pcre_unicode[16];
 };
 
 void tb_init(struct tb_builder *b);
@@ -250,11 +252,23 @@ int ds_tok_read_config(struct tb_builder *b, const char *config, ds_err *err);
 /* ---- lookups (tokbin.c) ------------------------------------------------------ */
 
 uint32_t tb_hash(const void *p, size_t n);
-static inline uint32_t tb_hash_step(uint32_t h, uint8_t c)
+/* One step down the trie (uni: the Unigram pieces, else the added
+ * tokens) from slot cur (0 at the start) by byte c: the child's slot, 0 if
+ * no key goes on so; *id its token or -1. */
+static inline uint32_t tb_trie_step(const ds_tok *t, int uni, uint32_t cur,
+				    uint8_t c, int32_t *id)
 {
-	return (h ^ c) * 16777619u;
+	const struct tb_da *da = uni ? t->uni : t->added;
+	uint32_t n = uni ? t->n_uni : t->n_added, nxt;
+
+	if (cur >= n || da[cur].base == 0)
+		return 0;
+	nxt = da[cur].base + c;
+	if (nxt >= n || da[nxt].check != cur + 1)
+		return 0;
+	*id = (uint32_t)da[nxt].id < t->h->n_vocab ? da[nxt].id : -1;
+	return nxt;
 }
-#define TB_HASH_INIT 2166136261u
 
 static inline const uint8_t *tb_piece(const ds_tok *t, int32_t id, size_t *n)
 {
@@ -269,9 +283,7 @@ static inline const uint8_t *tb_text(const ds_tok *t, int32_t id, size_t *n)
 int32_t tb_enc_lookup(const ds_tok *t, const void *s, size_t n);
 /* The merge of (a, b): its entry, or NULL. */
 const struct tb_merge *tb_merge_find(const ds_tok *t, uint32_t a, uint32_t b);
-/* Trie walk: the entry for key s[0..n) with hash h, or NULL. */
-const struct tb_trie *tb_trie_find(const ds_tok *t, int uni, const uint8_t *s,
-				   size_t n, uint32_t h);
+
 
 /* ---- encoder stages ------------------------------------------------------------ */
 

@@ -43,10 +43,10 @@ void tb_buf_free(tb_buf *b)
 uint32_t tb_hash(const void *p, size_t n)
 {
 	const uint8_t *s = p;
-	uint32_t h = TB_HASH_INIT;
+	uint32_t h = 2166136261u; /* FNV-1a */
 
 	for (size_t i = 0; i < n; i++)
-		h = tb_hash_step(h, s[i]);
+		h = (h ^ s[i]) * 16777619u;
 	return h;
 }
 
@@ -206,72 +206,132 @@ static struct tb_merge *build_merges(const struct tb_builder *b,
 	return m;
 }
 
-/* A trie as a hash of every prefix of the keys: the keys are the texts
- * (enc) of the tokens for which want(attr) holds. */
-struct trie_out {
-	struct tb_trie *ents;
-	uint32_t n, cap;
-	uint32_t *slots, nslots;
+/* Tries: the keys are the texts of the tokens with attribute `want`.
+ * First a tree (nodes in creation order, children found by a linear scan
+ * of a per-node list), then laid out as a double array breadth first. */
+struct tnode {
+	int32_t id;
+	uint32_t first, next; /* first child, next sibling (index + 1) */
+	uint8_t byte;
 };
 
-static int trie_add(struct trie_out *o, const uint8_t *pool, uint32_t off,
+struct trie_out {
+	struct tb_da *da;
+	uint32_t n; /* slots */
+};
+
+static int tree_add(struct tnode *nd, uint32_t *nn, const uint8_t *s,
 		    uint32_t len, int32_t id)
 {
-	uint32_t h = TB_HASH_INIT, mask = o->nslots - 1;
+	uint32_t cur = 0;
 
-	for (uint32_t k = 1; k <= len; k++) {
-		uint32_t s;
-		int32_t kid = k == len ? id : -1;
+	for (uint32_t k = 0; k < len; k++) {
+		uint32_t ch = nd[cur].first;
 
-		h = tb_hash_step(h, pool[off + k - 1]);
-		for (s = h & mask; o->slots[s] != 0; s = (s + 1) & mask) {
-			struct tb_trie *e = &o->ents[o->slots[s] - 1];
-
-			if (e->hash == h && e->len == k &&
-			    memcmp(pool + e->off, pool + off, k) == 0)
-				break;
+		while (ch != 0 && nd[ch - 1].byte != s[k])
+			ch = nd[ch - 1].next;
+		if (ch == 0) {
+			nd[*nn] = (struct tnode){ -1, 0, nd[cur].first, s[k] };
+			nd[cur].first = ++*nn;
+			ch = *nn;
 		}
-		if (o->slots[s] != 0) {
-			struct tb_trie *e = &o->ents[o->slots[s] - 1];
-
-			if (kid >= 0 && e->id < 0)
-				e->id = kid;
-			continue;
-		}
-		if (o->n == o->cap)
-			return -1; /* sized in advance: cannot happen */
-		o->ents[o->n] = (struct tb_trie){ off, k, kid, h };
-		o->slots[s] = ++o->n;
+		cur = ch - 1;
 	}
+	if (nd[cur].id < 0)
+		nd[cur].id = id;
+	return 0;
+}
+
+static int da_grow(struct trie_out *o, uint64_t need, uint64_t *cap)
+{
+	struct tb_da *d;
+	uint64_t c = *cap ? *cap : 1024;
+
+	if (need <= *cap)
+		return 0;
+	while (c < need)
+		c *= 2;
+	if (c > UINT32_MAX / 2)
+		return -1;
+	d = realloc(o->da, c * sizeof *d);
+	if (d == NULL)
+		return -1;
+	memset(d + *cap, 0, (c - *cap) * sizeof *d);
+	o->da = d;
+	*cap = c;
 	return 0;
 }
 
 static int build_trie(const struct tb_builder *b, uint32_t want,
 		      struct trie_out *o)
 {
-	uint64_t total = 0;
+	uint64_t total = 1, cap = 0;
+	struct tnode *nd;
+	uint32_t nn = 1, *slot, *queue, qh = 0, qt = 0, free_from = 1;
+	int rc = -1;
 
 	memset(o, 0, sizeof *o);
 	for (uint32_t i = 0; i < b->n_tok; i++)
 		if (b->tok[i].attr & want)
 			total += b->tok[i].text_len;
-	if (total > UINT32_MAX / 4)
+	if (total > UINT32_MAX / 64)
 		return -1;
-	o->cap = (uint32_t)total;
-	o->nslots = slots_for(total);
-	o->ents = malloc((total ? total : 1) * sizeof *o->ents);
-	o->slots = calloc(o->nslots, sizeof *o->slots);
-	if (o->ents == NULL || o->slots == NULL)
-		return -1;
+	nd = calloc(total, sizeof *nd);
+	slot = calloc(total, sizeof *slot);
+	queue = calloc(total, sizeof *queue);
+	if (nd == NULL || slot == NULL || queue == NULL)
+		goto out;
+	nd[0].id = -1;
 	for (uint32_t i = 0; i < b->n_tok; i++) {
 		const struct tb_token *t = &b->tok[i];
 
-		if ((t->attr & want) && t->text_len > 0 &&
-		    trie_add(o, b->pool.p, t->text_off, t->text_len,
-			     (int32_t)i) != 0)
-			return -1;
+		if ((t->attr & want) && t->text_len > 0)
+			tree_add(nd, &nn, b->pool.p + t->text_off, t->text_len,
+				 (int32_t)i);
 	}
-	return 0;
+	if (da_grow(o, 256, &cap))
+		goto out;
+	o->da[0] = (struct tb_da){ 0, UINT32_MAX, -1 };
+	o->n = 1;
+	queue[qt++] = 0;
+	while (qh < qt) {
+		uint32_t u = queue[qh++], s = slot[u], base, lo = 255;
+
+		if (nd[u].first == 0)
+			continue;
+		for (uint32_t ch = nd[u].first; ch; ch = nd[ch - 1].next)
+			lo = nd[ch - 1].byte < lo ? nd[ch - 1].byte : lo;
+		while (free_from < o->n && o->da[free_from].check != 0)
+			free_from++;
+		/* the lowest base at which every child's slot is free */
+		for (base = free_from > lo ? free_from - lo : 1;; base++) {
+			uint32_t ch;
+
+			if (da_grow(o, (uint64_t)base + 256, &cap))
+				goto out;
+			for (ch = nd[u].first; ch; ch = nd[ch - 1].next)
+				if (o->da[base + nd[ch - 1].byte].check != 0)
+					break;
+			if (ch == 0)
+				break;
+		}
+		o->da[s].base = base;
+		for (uint32_t ch = nd[u].first; ch; ch = nd[ch - 1].next) {
+			uint32_t k = ch - 1, at = base + nd[k].byte;
+
+			o->da[at] = (struct tb_da){ 0, s + 1, nd[k].id };
+			slot[k] = at;
+			queue[qt++] = k;
+			if (at + 1 > o->n)
+				o->n = at + 1;
+		}
+	}
+	rc = 0;
+out:
+	free(nd);
+	free(slot);
+	free(queue);
+	return rc;
 }
 
 static void added_info(const struct tb_builder *b, struct tb_added_info *ai)
@@ -326,6 +386,8 @@ int tb_finish(struct tb_builder *b, uint8_t **out, size_t *len, ds_err *err)
 
 	memcpy(h.chat, b->chat, sizeof h.chat);
 	h.chat[sizeof h.chat - 1] = '\0';
+	memcpy(h.pcre_unicode, b->pcre_unicode, sizeof h.pcre_unicode);
+	h.pcre_unicode[sizeof h.pcre_unicode - 1] = '\0';
 	ph = build_token_hash(b, 0, &np);
 	eh = build_token_hash(b, 1, &ne);
 	if (b->model == TB_HF_BPE)
@@ -353,16 +415,10 @@ int tb_finish(struct tb_builder *b, uint8_t **out, size_t *len, ds_err *err)
 	lay(&l, TS_ENC_HASH, eh, ne, (uint64_t)ne * 4);
 	if (mg != NULL)
 		lay(&l, TS_MERGES, mg, nm, (uint64_t)nm * sizeof *mg);
-	lay(&l, TS_ADDED_SLOTS, added.slots, added.nslots,
-	    (uint64_t)added.nslots * 4);
-	lay(&l, TS_ADDED_ENTS, added.ents, added.n,
-	    (uint64_t)added.n * sizeof *added.ents);
-	if (b->model == TB_SP_UNIGRAM) {
-		lay(&l, TS_UNI_SLOTS, uni.slots, uni.nslots,
-		    (uint64_t)uni.nslots * 4);
-		lay(&l, TS_UNI_ENTS, uni.ents, uni.n,
-		    (uint64_t)uni.n * sizeof *uni.ents);
-	}
+	lay(&l, TS_ADDED_DA, added.da, added.n,
+	    (uint64_t)added.n * sizeof *added.da);
+	if (b->model == TB_SP_UNIGRAM)
+		lay(&l, TS_UNI_DA, uni.da, uni.n, (uint64_t)uni.n * sizeof *uni.da);
 	if (b->charsmap_len > 0)
 		lay(&l, TS_CHARSMAP, b->pool.p + b->charsmap_off, b->charsmap_len,
 		    b->charsmap_len);
@@ -400,10 +456,8 @@ out:
 	free(ph);
 	free(eh);
 	free(mg);
-	free(added.ents);
-	free(added.slots);
-	free(uni.ents);
-	free(uni.slots);
+	free(added.da);
+	free(uni.da);
 	return rc;
 }
 
@@ -522,22 +576,12 @@ int tb_open(ds_tok *t, ds_err *err)
 			if (rc == 0 && n != 256)
 				rc = ds_errf(err, "%s: %u byte ids", t->name, n);
 			break;
-		case TS_ADDED_SLOTS:
-			rc = sect(t, s, 4, 1, &p, &n, err);
-			t->added_slots = p;
-			t->added_mask = n - 1;
-			break;
-		case TS_ADDED_ENTS:
+		case TS_ADDED_DA:
 			rc = sect(t, s, sizeof *t->added, 0, &p, &n, err);
 			t->added = p;
 			t->n_added = n;
 			break;
-		case TS_UNI_SLOTS:
-			rc = sect(t, s, 4, 1, &p, &n, err);
-			t->uni_slots = p;
-			t->uni_mask = n - 1;
-			break;
-		case TS_UNI_ENTS:
+		case TS_UNI_DA:
 			rc = sect(t, s, sizeof *t->uni, 0, &p, &n, err);
 			t->uni = p;
 			t->n_uni = n;
@@ -580,14 +624,13 @@ int tb_open(ds_tok *t, ds_err *err)
 	{
 		uint32_t need = 1u << TS_POOL | 1u << TS_TOKENS |
 				1u << TS_PIECE_HASH | 1u << TS_ENC_HASH |
-				1u << TS_BYTE_IDS | 1u << TS_ADDED_SLOTS |
-				1u << TS_ADDED_ENTS | 1u << TS_NORM |
+				1u << TS_BYTE_IDS | 1u << TS_ADDED_DA | 1u << TS_NORM |
 				1u << TS_PRETOK | 1u << TS_ADDED_INFO;
 
 		if (h->model == TB_HF_BPE)
 			need |= 1u << TS_MERGES;
 		if (h->model == TB_SP_UNIGRAM)
-			need |= 1u << TS_UNI_SLOTS | 1u << TS_UNI_ENTS;
+			need |= 1u << TS_UNI_DA;
 		if ((seen & need) != need)
 			return ds_errf(err, "%s: sections missing (have %#x, "
 				       "need %#x)", t->name, seen, need);
@@ -608,7 +651,8 @@ int tb_open(ds_tok *t, ds_err *err)
 					       "outside the vocabulary",
 					       t->name, ids[i]);
 	}
-	if (memchr(h->chat, '\0', sizeof h->chat) == NULL)
+	if (memchr(h->chat, '\0', sizeof h->chat) == NULL ||
+	    memchr(h->pcre_unicode, '\0', sizeof h->pcre_unicode) == NULL)
 		return ds_errf(err, "%s: chat template name not terminated",
 			       t->name);
 	memcpy(t->chat, h->chat, sizeof h->chat);
@@ -670,29 +714,6 @@ const struct tb_merge *tb_merge_find(const ds_tok *t, uint32_t a, uint32_t b)
 			return NULL;
 		if (m->a == a && m->b == b)
 			return m->id < t->h->n_vocab ? m : NULL;
-	}
-	return NULL;
-}
-
-const struct tb_trie *tb_trie_find(const ds_tok *t, int uni, const uint8_t *s,
-				   size_t n, uint32_t h)
-{
-	const uint32_t *slots = uni ? t->uni_slots : t->added_slots;
-	const struct tb_trie *ents = uni ? t->uni : t->added;
-	uint32_t mask = uni ? t->uni_mask : t->added_mask;
-	uint32_t nents = uni ? t->n_uni : t->n_added;
-
-	for (uint32_t probe = 0, i = h & mask; probe <= mask;
-	     probe++, i = (i + 1) & mask) {
-		const struct tb_trie *e;
-
-		if (slots[i] == 0 || slots[i] > nents)
-			return NULL;
-		e = &ents[slots[i] - 1];
-		if (e->hash == h && e->len == n &&
-		    (uint64_t)e->off + n <= t->pool_len &&
-		    memcmp(t->pool + e->off, s, n) == 0)
-			return e->id < (int32_t)t->h->n_vocab ? e : NULL;
 	}
 	return NULL;
 }

@@ -17,12 +17,12 @@ int tk_unigram(const ds_tok *t, const uint8_t *s, size_t n, ds_tok_ids *out,
 	const float unk_score = t->h->min_score - UNK_PENALTY;
 	const float max_score = t->h->max_score;
 	struct tk_node *best;
-	int32_t *path;
-	size_t np = 0;
 	int prev_unk = 0;
 
 	if (n == 0)
 		return 0;
+	if (n > INT32_MAX - 1)
+		return ds_errf(err, "unigram: text of %zu bytes too long", n);
 	if (n + 1 > w->node_cap) {
 		struct tk_node *v = realloc(w->node, (n + 1) * sizeof *v);
 
@@ -37,22 +37,20 @@ int tk_unigram(const ds_tok *t, const uint8_t *s, size_t n, ds_tok_ids *out,
 	for (size_t start = 0; start < n;) {
 		const float till_here = best[start].score;
 		size_t mblen = "\1\1\1\1\1\1\1\1\1\1\1\1\2\2\3\4"[s[start] >> 4];
-		uint32_t h = TB_HASH_INIT;
+		uint32_t cur = 0;
 		int single = 0;
 
 		mblen = mblen > n - start ? n - start : mblen;
 		for (size_t end = start; end < n; end++) {
-			const struct tb_trie *e;
 			struct tk_node *tn;
 			uint32_t attr;
+			int32_t id;
 
-			h = tb_hash_step(h, s[end]);
-			e = tb_trie_find(t, 1, s + start, end + 1 - start, h);
-			if (e == NULL)
+			if ((cur = tb_trie_step(t, 1, cur, s[end], &id)) == 0)
 				break;
-			if (e->id < 0)
+			if (id < 0)
 				continue;
-			attr = t->tok[e->id].attr;
+			attr = t->tok[id].attr;
 			if (attr & TA_UNUSED)
 				continue;
 			tn = &best[end + 1];
@@ -62,13 +60,13 @@ int tk_unigram(const ds_tok *t, const uint8_t *s, size_t n, ds_tok_ids *out,
 				 * piece's float score */
 				double sc = (attr & TA_ADDED) ?
 					(double)((float)(end + 1 - start) * max_score) - 0.1 :
-					(double)t->tok[e->id].score;
+					(double)t->tok[id].score;
 				double cand = sc + (double)till_here;
 
 				if (tn->starts_at == -1 || cand > (double)tn->score) {
 					tn->score = (float)cand;
 					tn->starts_at = (int32_t)start;
-					tn->id = e->id;
+					tn->id = id;
 				}
 			}
 			if (end + 1 - start == mblen)
@@ -86,27 +84,30 @@ int tk_unigram(const ds_tok *t, const uint8_t *s, size_t n, ds_tok_ids *out,
 		}
 		start += mblen;
 	}
-	/* backtrack from the end, then emit in text order */
-	path = malloc((n + 1) * sizeof *path);
-	if (path == NULL)
-		return ds_errf(err, "out of memory");
-	for (size_t end = n; end > 0;) {
-		if (best[end].starts_at < 0) {
-			free(path);
-			return ds_errf(err, "unigram: no path (internal)");
-		}
-		path[np++] = (int32_t)end;
-		end = (size_t)best[end].starts_at;
-	}
-	while (np > 0) {
-		size_t end = (size_t)path[--np], st = (size_t)best[end].starts_at;
+	/* backtrack from the end, turning the starts_at links around (each
+	 * node on the path then holds where the next token ends), then emit
+	 * in text order */
+	{
+		int32_t next = -1;
 
-		if (tk_sp_emit(t, s + st, end - st, best[end].id, &prev_unk, out,
-			       err)) {
-			free(path);
-			return -1;
+		for (int32_t end = (int32_t)n; end > 0;) {
+			int32_t st = best[end].starts_at;
+
+			if (st < 0 || st >= end)
+				return ds_errf(err, "unigram: no path (internal)");
+			best[end].starts_at = next;
+			next = end;
+			end = st;
+		}
+		for (int32_t st = 0, end = next; end > 0;) {
+			int32_t after = best[end].starts_at;
+
+			if (tk_sp_emit(t, s + st, (size_t)(end - st), best[end].id,
+				       &prev_unk, out, err))
+				return -1;
+			st = end;
+			end = after;
 		}
 	}
-	free(path);
 	return 0;
 }

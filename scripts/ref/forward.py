@@ -322,6 +322,23 @@ class Gate(nn.Module):
         self.weight = nn.Parameter(torch.empty(self.E, H))
         if self.method == "noaux_tc":
             self.e_score_correction_bias = nn.Parameter(torch.zeros(self.E), requires_grad=False)
+        self.margins = None     # a list to collect routing margins into, for --stats
+
+    def _margin(self, b, sel):
+        """Per token: how close the selection came to changing, the smaller of
+        the gap at the top-k boundary of the selection scores and, with groups,
+        the gap at the topk_group boundary of the group scores."""
+        T, G = b.shape[0], self.n_group
+        v = sel.detach().sort(-1, descending=True).values
+        m = v[:, self.k - 1] - v[:, self.k]
+        if self.method in ("group_limited_greedy", "noaux_tc") and self.topk_group < G:
+            if self.method == "noaux_tc":
+                gs = b.view(T, G, -1).topk(2, dim=-1).values.sum(-1)
+            else:
+                gs = b.view(T, G, -1).max(-1).values
+            g = gs.detach().sort(-1, descending=True).values
+            m = torch.minimum(m, g[:, self.topk_group - 1] - g[:, self.topk_group])
+        return m
 
     def forward(self, h):
         """h [T, H] -> (expert ids [T, k], weights [T, k], scores [T, E])."""
@@ -335,7 +352,7 @@ class Gate(nn.Module):
         T = s.shape[0]
         G = self.n_group
         if self.method in ("greedy", "gready"):
-            sel = s
+            sel = b = s
         elif self.method in ("group_limited_greedy", "noaux_tc"):
             if self.method == "noaux_tc":
                 b = s + self.e_score_correction_bias
@@ -350,6 +367,9 @@ class Gate(nn.Module):
         else:
             raise ValueError("topk_method %s not supported" % self.method)
         idx = sel.detach().topk(self.k, dim=-1).indices
+        if self.margins is not None:
+            self.margins.append(self._margin(b if self.method != "greedy" and self.method != "gready"
+                                             else s, sel))
         w = s.gather(1, idx)
         if self.v3:
             if self.k > 1 and self.norm:
@@ -656,6 +676,42 @@ def read_ids(args):
     return [[int(t) for t in ln.split()] for ln in lines]
 
 
+def write_stats(args, seqs, outs):
+    """Facts a tolerance can be judged by: logit range, the smallest gap
+    between the best and second-best logit (positions closer than an engine's
+    error may legitimately flip top-1), and how far a float32 run of this
+    reference lands from float64."""
+    m32 = build_model(args.model, torch.float32)
+    m32.set_mla_mode("naive")
+    d32 = 0.0
+    for s, lg in zip((s for s in seqs if s), outs):
+        l32 = m32(torch.tensor(s, dtype=torch.long)[None])[0].double().numpy()
+        d32 = max(d32, float(np.abs(l32 - lg).max()))
+    allg = np.concatenate(outs)
+    gates = [g for g in m32.modules() if isinstance(g, Gate)]
+    top2 = np.sort(allg, axis=-1)[:, -2:]
+    st = {"positions": int(allg.shape[0]), "vocab": int(allg.shape[1]),
+          "max_abs_logit": float(np.abs(allg).max()),
+          "min_top1_margin": float((top2[:, 1] - top2[:, 0]).min()),
+          "float32_vs_float64_max_abs": d32}
+    if gates:
+        m64 = build_model(args.model, torch.float64)
+        rm = []
+        for s in seqs:
+            if not s:
+                continue
+            gs = [g for g in m64.modules() if isinstance(g, Gate)]
+            for g in gs:
+                g.margins = []
+            m64(torch.tensor(s, dtype=torch.long)[None])
+            rm += torch.stack([torch.cat(g.margins) for g in gs]).min(0).values.tolist()
+        st["routing_margin_min"] = min(rm)
+        st["routing_margin"] = [float("%.3g" % x) for x in rm]
+    with open(args.stats, "w") as f:
+        json.dump(st, f, indent=2)
+        f.write("\n")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", required=True, help="HF checkpoint directory")
@@ -671,6 +727,8 @@ def main(argv=None):
     ap.add_argument("--ctx-size", type=int, default=0)
     ap.add_argument("--json", action="store_true", help="perplexity result as JSON")
     ap.add_argument("--top1", action="store_true", help="print the argmax id per position")
+    ap.add_argument("--stats", help="write JSON facts about the logits (sizes, top-1 margins, "
+                    "float32-vs-float64 difference) for a golden file's README")
     args = ap.parse_args(argv)
     dtype = getattr(torch, args.dtype)
     torch.set_grad_enabled(False)
@@ -701,6 +759,8 @@ def main(argv=None):
         outs.append(lg.to(torch.float64).numpy())
         if args.top1:
             print(" ".join(str(int(x)) for x in lg.argmax(-1)))
+    if args.stats:
+        write_stats(args, seqs, outs)
     if args.out:
         arr = np.concatenate(outs).astype("<f4") if outs else np.zeros((0, V), "<f4")
         tmp = args.out + ".tmp"

@@ -90,6 +90,12 @@ add("special-chatml", "<|im_start|>system\nYou are Qwen.<|im_end|>\n<|im_start|>
 add("special-llama3", "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|><|reserved_special_token_5|>")
 add("special-sp", "<s> hello </s> <unk> <pad> [INST] x [/INST]")
 
+# added tokens with lstrip / rstrip / single_word / normalized, which the
+# v3extra and llama2extra files of scripts/ref/make-hf.js define
+add("added-strip", "a <|ls|> b   <|rs|>   c \t<|both|>\n d <|ls|><|rs|>  <|ls|>")
+add("added-word", "swx aswx swxb swx. (swx) swx_1 x\u00b2swx \u00c9\u00c9 \u00e9\u00c9\u00c9 swx")
+add("added-norm", "use <tool> now<tool>  Zed Zedd aZed <|r|>   x <|r|>\n")
+
 # ---- from Debian's files ------------------------------------------------------------------------
 def read(path):
     with open(path, encoding="utf-8", errors="replace") as f:
@@ -131,6 +137,20 @@ for k in range(120):
             cps = [rng.randint(a, b) for _ in range(rng.randint(1, 8))]
             parts.append("".join(chr(c) for c in cps if not 0xd800 <= c <= 0xdfff))
     add(f"random-{k}", "".join(parts))
+
+# seeded mixes of the pieces where tokenizers differ: whitespace kinds,
+# scripts, marks, digits, contractions, special-token strings, emoji
+atoms = [" ", "  ", "\t", "\n", "\r\n", "\r", "\u00a0", "\u3000", "\u0085", "\u2028",
+         "a", "Z", "\u00e9", "\u00df", "\u4e2d", "\u6587", "\u306e", "\u30ab", "\ud55c",
+         "\u0639", "\u0939", "\u093c", "\u0301", "1", "23", "\u0663", "\uff11", "!", "?",
+         ".", ",", "-", "'s", "'S", "'ll", "(", ")", "<", ">", "|", "\uff5c",
+         "<\uff5cUser\uff5c>", "<\uff5cAssistant\uff5c>", "<\uff5cend\u2581of\u2581sentence\uff5c>",
+         "<think>", "</think>", "<|im_start|>", "<|eot_id|>", "<s>", "</s>", "<|user|>",
+         "\U0001f600", "\U0001f44d\U0001f3fd", "\u200d", "\ufeff", "\u180e", "x", "hello",
+         "World", "_", "$", "\u20ac", "\u00a9", "\u00b2", "\u017f", "\u0130", "\u01c5",
+         "\u216b", "\ufb01", "\u2460", "\u2581", "\\", "\"", "`", "~"]
+for k in range(150):
+    add(f"mix-{k}", "".join(rng.choice(atoms) for _ in range(rng.randint(1, 14))))
 
 for c in cases:
     sys.stdout.write(json.dumps(c, ensure_ascii=False) + "\n")

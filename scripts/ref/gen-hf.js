@@ -15,7 +15,8 @@ const root = path.join(__dirname, '..', '..');
 const cache = path.join(root, 'testdata', 'cache');
 const { Tokenizer } = require(path.join(cache, 'node_modules', '@anush008', 'tokenizers'));
 
-const NAMES = ['v3', 'v3nospecial', 'dsllm', 'dscoder', 'llama3', 'qwen3', 'llama2', 'llama2meta'];
+const NAMES = ['v3', 'v3nospecial', 'v3extra', 'dsllm', 'dscoder', 'llama3', 'qwen3', 'llama2',
+	'llama2meta', 'llama2extra'];
 
 async function main() {
 	const corpus = fs.readFileSync(path.join(root, 'testdata', 'tok', 'corpus.jsonl'), 'utf8')

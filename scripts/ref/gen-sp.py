@@ -52,7 +52,8 @@ def training_text(corpus):
                 parts.append(f.read())
         except OSError:
             pass
-    parts += [c["text"] for c in corpus if not c["name"].startswith("random-")]
+    parts += [c["text"] for c in corpus
+              if not c["name"].startswith(("random-", "added-", "mix-"))]
     lines = []
     for p in parts:
         lines += [l for l in p.split("\n") if l.strip()]

@@ -11,6 +11,8 @@
 //   dscoder DeepSeek Coder's block, likewise (Digits, one digit each);
 //   llama2meta  llama2's model with the newer Metaspace pre-tokenizer and
 //           decoder in place of the Prepend/Replace normalizer;
+//   v3extra, llama2extra  V3 and llama2 with added tokens that lstrip,
+//           rstrip, match single words only, or match after normalizing;
 //   v3nospecial  V3 with its special added tokens made unmatchable (ids
 //           kept): how the reference encodes with special tokens not
 //           matched (ds-tok --no-special).
@@ -57,7 +59,19 @@ for (const m of ['llama3', 'qwen3', 'llama2']) {
 	const [tj, cfg] = load(m);
 	save(m, tj, cfg);
 }
+const tokenOf = (id, content, o) => ({ id, content, single_word: false, lstrip: false,
+	rstrip: false, normalized: false, special: false, ...o });
+save('v3extra', { ...v3, added_tokens: [...v3.added_tokens,
+	tokenOf(128815, '<|ls|>', { lstrip: true }),
+	tokenOf(128816, '<|rs|>', { rstrip: true, special: true }),
+	tokenOf(128817, '<|both|>', { lstrip: true, rstrip: true }),
+	tokenOf(128818, 'swx', { single_word: true }),
+	tokenOf(128819, '\u00c9\u00c9', { normalized: true })] }, v3cfg);
 const [l2, l2cfg] = load('llama2');
+save('llama2extra', { ...l2, added_tokens: [...l2.added_tokens,
+	tokenOf(32000, '<tool>', { normalized: true }),
+	tokenOf(32001, 'Zed', { normalized: true, single_word: true }),
+	tokenOf(32002, '<|r|>', { rstrip: true })] }, l2cfg);
 save('llama2meta', { ...l2, normalizer: null,
 	pre_tokenizer: { type: 'Metaspace', replacement: '\u2581', prepend_scheme: 'first', split: false },
 	decoder: { type: 'Sequence', decoders: [

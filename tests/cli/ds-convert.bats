@@ -529,3 +529,16 @@ for k, v in sorted(h.items(), key=lambda kv: kv[1]["data_offsets"]):
 	[ "$status" -eq 0 ]
 	[ -z "$output" ]
 }
+
+@test "ds-model(5) lists exactly the hparams keys a conversion writes" {
+	conv --model-path "$F/v3" --output-dir "$O" --quiet
+	doc=$(awk '/^\.Ss Hyper-parameters/ { on = 1; next } /^\.Ss / { on = 0 }
+		on && /^\.It Cm / { sub(/^\.It Cm /, ""); gsub(/ , /, "\n"); print }' \
+		man/ds-model.5 | sort)
+	[ -n "$doc" ]
+	[ "$doc" = "$(meta "$O" '"\n".join(sorted(m["hparams"]))')" ]
+	rdoc=$(awk '/^\.It Cm rope_scaling/ { on = 1; next } on && /^\.It / { on = 0 }
+		on && /^\.Cm / { sub(/^\.Cm /, ""); sub(/ [,.;()]*$/, ""); gsub(/ , /, "\n"); print }' \
+		man/ds-model.5 | sort -u)
+	[ "$rdoc" = "$(meta "$O" '"\n".join(sorted(m["hparams"]["rope_scaling"]))')" ]
+}

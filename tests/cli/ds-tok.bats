@@ -152,3 +152,29 @@ print(" ".join(map(str, g[names.index(sys.argv[2])]["ids"])))' "$1" "$2"
 	run sh -c "echo '0 128803 6366' | '$DS_BIN/ds-tok' -t $V3 -d --no-special"
 	[ "$output" = "<｜User｜>hi" ]
 }
+
+@test "ds-convert writes DST/tokenizer.bin and the meta's tokenizer keys; -m reads it" {
+	/usr/bin/python3 scripts/gen-fixture.py --arch llama --out "$T/ckpt" >/dev/null
+	run "$DS_BIN/ds-convert" --model-path "$T/ckpt" --output-dir "$T/m" --quiet
+	[ "$status" -eq 0 ]
+	[ -f "$T/m/tokenizer.bin" ]
+	run /usr/bin/python3 -c 'import json, sys, zlib
+m = json.load(open(sys.argv[1] + "/model.meta"))
+t = m["tokenizer"]
+b = open(sys.argv[1] + "/tokenizer.bin", "rb").read()
+assert t["file"] == "tokenizer.bin" and t["source"] == "tokenizer.json", t
+assert t["type"] == "bpe-bytelevel" and t["add_bos"] is True, t
+assert t["bos"] == 256 and t["eos"] == 257 and t["eot"] == 257, t
+assert t["bos_token"] == "<｜begin▁of▁sentence｜>", t
+assert t["size"] == len(b) and t["crc32"] == "%08x" % zlib.crc32(b), t
+assert m["chat_template"] == "deepseek3", m.get("chat_template")
+print("ok")' "$T/m"
+	[ "$output" = "ok" ]
+	printf 'the cat sat<｜end▁of▁sentence｜>' > "$T/in"
+	a=$("$DS_BIN/ds-tok" -m "$T/m" < "$T/in")
+	b=$("$DS_BIN/ds-tok" -t "$T/ckpt/tokenizer.json" < "$T/in")
+	[ "$a" = "$b" ]
+	[[ "$a" == "256 "*" 257" ]]
+	run sh -c "echo '$a' | '$DS_BIN/ds-tok' -m '$T/m' -d"
+	[ "$output" = "<｜begin▁of▁sentence｜>the cat sat<｜end▁of▁sentence｜>" ]
+}

@@ -6,6 +6,15 @@
 DS=${DS_BIN:-bin}/ds-tune
 PY=/usr/bin/python3
 
+# Each kind of tree and the models are made once; every test copies them.
+setup_file() {
+	for k in intel amd container nohuge; do
+		tests/cli/mkfakeroot.sh $k "$BATS_FILE_TMPDIR/trees/$k"
+	done
+	tests/cli/mkmodel.py "$BATS_FILE_TMPDIR/llama" llama 32 1073741824
+	tests/cli/mkmodel.py "$BATS_FILE_TMPDIR/ds2" deepseek2 27 536870912
+}
+
 setup() {
 	T=$BATS_TEST_TMPDIR
 }
@@ -13,7 +22,7 @@ setup() {
 # tree KIND: a fresh fake root in $T/KIND and a pristine copy $T/KIND.orig
 tree() {
 	rm -rf "$T/$1" "$T/$1.orig"
-	tests/cli/mkfakeroot.sh "$1" "$T/$1"
+	cp -a "$BATS_FILE_TMPDIR/trees/$1" "$T/$1"
 	cp -a "$T/$1" "$T/$1.orig"
 }
 
@@ -22,17 +31,23 @@ model() {
 	tests/cli/mkmodel.py "$@"
 }
 
-# hp DIR KEY: a hyper-parameter from DIR/model.meta
+# hp DIR KEY...: hyper-parameters from DIR/model.meta, one line
 hp() {
-	$PY -c 'import json, sys; print(json.load(open(sys.argv[1]))["hparams"][sys.argv[2]])' \
-		"$1/model.meta" "$2"
+	$PY -c 'import json, sys; h = json.load(open(sys.argv[1]))["hparams"]
+print(*(h[k] for k in sys.argv[2:]))' "$1/model.meta" "${@:2}"
 }
 
-llama() { model "$T/llama" llama 32 1073741824; }
+llama() { ln -sfn "$BATS_FILE_TMPDIR/llama" "$T/llama"; }
 
 # the value of a "KEY = VALUE" line of $output
 val() {
-	printf '%s\n' "$output" | sed -n "s|^$1 = ||p"
+	local l
+	while IFS= read -r l; do
+		if [[ $l == "$1 = "* ]]; then
+			printf '%s\n' "${l#"$1 = "}"
+			return
+		fi
+	done <<<"$output"
 }
 
 # as root, run "$@" without capabilities (root in a container with a
@@ -203,7 +218,8 @@ assert s["interrupts"]["count"] == 0
 	[ "$status" -eq 0 ]
 	# llama: KV = n_layer x 2 x n_head_kv x head_dim x 2 bytes per token,
 	# at min(n_ctx_train, 4096) tokens; pages of 2 MiB for model + KV
-	kv=$(($(hp "$T/llama" n_layer) * 2 * $(hp "$T/llama" n_head_kv) * $(hp "$T/llama" head_dim) * 2 * 4096))
+	read -r L H D <<<"$(hp "$T/llama" n_layer n_head_kv head_dim)"
+	kv=$((L * 2 * H * D * 2 * 4096))
 	pages=$(( (1073741824 + kv + 2097151) / 2097152 ))
 	[ "$(val /sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages)" = "$pages" ]
 	[ "$(val /sys/devices/system/node/node1/hugepages/hugepages-2048kB/nr_hugepages)" = "$pages" ]
@@ -285,11 +301,12 @@ assert moved[121] == set(range(8, 16))
 
 @test "plan: --threads, --ctx-size and a DeepSeek (MLA) model" {
 	tree intel
-	model "$T/ds2" deepseek2 27 536870912
+	ln -sfn "$BATS_FILE_TMPDIR/ds2" "$T/ds2"
 	run "$DS" plan -m "$T/ds2" --instances 3 --threads 2 --ctx-size 1000 --root "$T/intel"
 	[ "$status" -eq 0 ]
 	# MLA caches kv_lora_rank + qk_rope_head_dim values per layer
-	kv=$((27 * ($(hp "$T/ds2" kv_lora_rank) + $(hp "$T/ds2" qk_rope_head_dim)) * 2 * 1000))
+	read -r L R P <<<"$(hp "$T/ds2" n_layer kv_lora_rank qk_rope_head_dim)"
+	kv=$((L * (R + P) * 2 * 1000))
 	pages=$(( (536870912 + kv + 2097151) / 2097152 ))
 	[[ "$output" == *"# huge pages: $pages of 2 MiB per instance"* ]]
 	# 3 instances of 2: node 0, node 1, then node 0 again (most free cores)
@@ -361,7 +378,8 @@ assert moved[121] == set(range(8, 16))
 	llama
 	run "$DS" plan -m "$T/llama" --root "$T/container"
 	[ "$status" -eq 0 ]
-	kv=$(($(hp "$T/llama" n_layer) * 2 * $(hp "$T/llama" n_head_kv) * $(hp "$T/llama" head_dim) * 2 * 4096))
+	read -r L H D <<<"$(hp "$T/llama" n_layer n_head_kv head_dim)"
+	kv=$((L * 2 * H * D * 2 * 4096))
 	[ "$(val /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages)" = $(( (1073741824 + kv + 2097151) / 2097152 )) ]
 	[ "$(val /sys/kernel/mm/transparent_hugepage/enabled)" = madvise ]
 	[ "$(val /sys/kernel/mm/transparent_hugepage/defrag)" = madvise ]
@@ -385,7 +403,7 @@ assert moved[121] == set(range(8, 16))
 		mkdir\ *) [ -d "$T/intel/${line#mkdir }" ] ;;
 		/*" = "*)
 			path=${line%% = *} want=${line#* = }
-			got=$(cat "$T/intel$path")
+			read -r got <"$T/intel$path" || true
 			case $path in
 			*/cgroup.subtree_control) [ "$got" = "$want" ] || [[ "$got" == *cpuset* ]] ;;
 			*) [ "$got" = "$want" ] || { echo "$path: $got, not $want"; false; } ;;
@@ -475,9 +493,9 @@ assert moved[121] == set(range(8, 16))
 		# a tree that is not nobody's, where nobody can read it
 		R=$(mktemp -d /tmp/ds-tune-bats.XXXXXX)
 		chmod 755 "$R"
-		tests/cli/mkfakeroot.sh intel "$R/t"
+		cp -a "$BATS_FILE_TMPDIR/trees/intel" "$R/t"
 		cp -a "$R/t" "$R/orig"
-		model "$R/m" llama 32 1073741824
+		cp -a "$BATS_FILE_TMPDIR/llama" "$R/m"
 		chmod -R a+rX "$R"
 		run setpriv --reuid=65534 --regid=65534 --clear-groups \
 			"$DS" apply -m "$R/m" --root "$R/t"

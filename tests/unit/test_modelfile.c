@@ -350,6 +350,8 @@ static void test_loader_top(void)
 	refuse_meta("num_key_value_heads 3");
 	json_object_del(meta, "quant");
 	refuse_meta("quant is not");
+	json_object_set_new(json_object_get(meta, "quant"), "zero_point", json_true());
+	refuse_meta("quant has keys other than");
 	json_object_set_new(meta, "tensors", json_object());
 	refuse_meta("tensors is not an array");
 }

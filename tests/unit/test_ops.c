@@ -22,6 +22,7 @@
 static uint64_t seed;
 static ds_pool *pools[2];
 static ds_ctx ctxs[2];
+static ds_ctx wide;   /* 2 threads, max_k so large that a block is 12 rows */
 static const ds_ttype types[] = {
 	{ DS_Q4, 32 }, { DS_Q4, 128 }, { DS_Q8, 64 }, { DS_BF16, 0 },
 	{ DS_F16, 0 }, { DS_F32, 0 },
@@ -350,6 +351,96 @@ static void test_moe(void)
 			}
 }
 
+/* Blocks of activation rows (the op layer's cache blocking: with this k,
+ * 12 to 24 rows per block) and tiles change no value: all 40 rows at
+ * once equal each row alone. */
+static void test_blocks(void)
+{
+	size_t k = 32768, n = 40, ff = 24, t = 40, ne = 2, used = 2, i;
+	float *x = rnd(t * k, 2), *y0 = malloc(t * n * 4), *y1 = malloc(t * n * 4);
+	float *h0 = malloc(t * ff * 4), *h1 = malloc(t * ff * 4);
+	float *m0 = rnd(t * k, 1), *m1 = malloc(t * k * 4), *m2 = malloc(t * k * 4), *w = malloc(t * used * 4);
+	int32_t *ids = malloc(t * used * 4);
+	int ti;
+
+	for (i = 0; i < t * used; i++) {
+		ids[i] = (int32_t)(i % used);
+		w[i] = 0.5f;
+	}
+	for (ti = 0; ti < 6; ti++) {
+		tmat a, g, u, eg, eu, ed;
+		ds_in in = { x, 0, t, NULL, 0 };
+		int bad = 0;
+
+		tmat_init(&a, types[ti], 1, n, k, 0);
+		tmat_init(&g, types[ti], 1, ff, k, 0);
+		tmat_init(&u, types[ti], 1, ff, k, 0);
+		tmat_init(&eg, types[ti], ne, ff, k, 0);
+		tmat_init(&eu, types[ti], ne, ff, k, 0);
+		tmat_init(&ed, types[ti], ne, k, ff, 0);
+		ds_matmul(&wide, &a.m, x, t, y0);
+		ds_ffn_gate_up(&wide, &g.m, &u.m, &in, h0, 0);
+		memcpy(m1, m0, t * k * 4);
+		ds_moe(&wide, &eg.m, &eu.m, &ed.m, x, 0, t, ids, w, used, m1, 0);
+		for (i = 0; i < t; i++) {
+			ds_in one = { x + i * k, 0, 1, NULL, 0 };
+
+			ds_matmul(&wide, &a.m, x + i * k, 1, y1 + i * n);
+			ds_ffn_gate_up(&wide, &g.m, &u.m, &one, h1 + i * ff, 0);
+			memcpy(m2 + i * k, m0 + i * k, k * 4);
+			ds_moe(&wide, &eg.m, &eu.m, &ed.m, x + i * k, 0, 1, ids + i * used, w + i * used,
+			       used, m2 + i * k, 0);
+		}
+		bad += !same(y0, y1, t * n);
+		bad += 2 * !same(h0, h1, t * ff);
+		bad += 4 * !same(m1, m2, t * k);
+		T_CHECKF(bad == 0, "type %d: %d (1 matmul, 2 gate/up, 4 moe)", ti, bad);
+		tmat_free(&a); tmat_free(&g); tmat_free(&u);
+		tmat_free(&eg); tmat_free(&eu); tmat_free(&ed);
+	}
+	free(x); free(y0); free(y1); free(h0); free(h1); free(m0); free(m1); free(m2); free(w); free(ids);
+}
+
+/* Per-head products equal one product per head, for expert views of a
+ * 3-D tensor and row views of a 2-D one (MLA's W_UK^T and W_UV). */
+static void test_heads(void)
+{
+	size_t nh = 4, n = 40, k = 96, t, h, i;
+	int ti, p;
+
+	for (ti = 0; ti < 6; ti++)
+		for (t = 1; t <= 9; t += 8) {
+			tmat w3, w2;
+			ds_mat v3[4], v2[4];
+			size_t ldx = nh * k + 3, ldy = nh * n + 5;
+			float *x = rnd(t * ldx, 1), *y = malloc(t * ldy * 4), *ref = malloc(t * n * 4);
+			float *xh = malloc(t * k * 4);
+			int bad = 0;
+
+			tmat_init(&w3, types[ti], nh, n, k, ti == 0);
+			tmat_init(&w2, types[ti], 1, nh * 48, k, 0);
+			for (h = 0; h < nh; h++) {
+				v3[h] = ds_mat_expert(&w3.m, h);
+				v2[h] = ds_mat_rows(&w2.m, h * 48, n);
+			}
+			for (p = 0; p < 2; p++) {
+				ds_mat *v = p ? v2 : v3;
+
+				ds_matmul_heads(&ctxs[p], v, nh, x, ldx, k, t, y, ldy, n);
+				for (h = 0; h < nh; h++) {
+					for (i = 0; i < t; i++)
+						memcpy(xh + i * k, x + i * ldx + h * k, k * 4);
+					ds_matmul(&ctxs[0], &v[h], xh, t, ref);
+					for (i = 0; i < t; i++)
+						bad += !same(y + i * ldy + h * n, ref + i * n, n);
+				}
+			}
+			T_CHECKF(bad == 0, "type %d t=%zu: %d rows differ", ti, t, bad);
+			tmat_free(&w3); tmat_free(&w2);
+			free(x); free(y); free(ref); free(xh);
+		}
+}
+
 /* ---- attention ---------------------------------------------------------------- */
 
 static float kv_val(const ds_kv *kv, size_t p, size_t h, size_t i)
@@ -461,18 +552,39 @@ static void test_attention(void)
 
 /* ---- RoPE ------------------------------------------------------------------------- */
 
+static ds_hparams rope_hp(enum ds_rope_style st, double theta, enum ds_rope_scaling type,
+			  double factor, uint32_t l0)
+{
+	ds_hparams hp;
+
+	memset(&hp, 0, sizeof hp);
+	hp.rope_style = st;
+	hp.rope_theta = theta;
+	hp.rope_scaling.type = type;
+	hp.rope_scaling.factor = factor;
+	hp.rope_scaling.original_ctx = l0;
+	return hp;
+}
+
 static void test_rope_tables(void)
 {
-	ds_rope_scaling y = { DS_ROPE_SCALE_YARN, 40, 4096, 32, 1, 0.707, 0.707, 0, 0 };
-	ds_rope_scaling l3 = { DS_ROPE_SCALE_LLAMA3, 8, 8192, 0, 0, 0, 0, 1, 4 };
+	ds_hparams y = rope_hp(DS_ROPE_INTERLEAVED, 10000, DS_ROPE_SCALING_YARN, 40, 4096);
+	ds_hparams l3 = rope_hp(DS_ROPE_NEOX, 500000, DS_ROPE_SCALING_LLAMA3, 8, 8192);
+	ds_hparams bad = rope_hp(DS_ROPE_NEOX, 0.5, DS_ROPE_SCALING_NONE, 0, 0);
 	ds_rope r;
 	ds_err err;
 	double orig;
 	int i;
 
+	y.rope_scaling.beta_fast = 32;
+	y.rope_scaling.beta_slow = 1;
+	y.rope_scaling.mscale = y.rope_scaling.mscale_all_dim = 0.707;
+	l3.rope_scaling.low_freq_factor = 1;
+	l3.rope_scaling.high_freq_factor = 4;
 	/* DeepSeek YaRN: pairs 0-10 keep their frequency, 23-31 are divided
 	 * by the factor, 11-22 are blended (docs/spec/deepseek_arch.md 4.2) */
-	T_CHECK(ds_rope_init(&r, DS_ROPE_INTERLEAVED, 64, 10000, &y, &err) == 0);
+	T_CHECK(ds_rope_init(&r, &y, 64, &err) == 0);
+	T_CHECK(r.style == DS_ROPE_INTERLEAVED && r.dim == 64);
 	for (i = 0; i < 32; i++) {
 		orig = pow(10000, -2.0 * i / 64);
 		if (i <= 10)
@@ -484,11 +596,13 @@ static void test_rope_tables(void)
 	}
 	T_NEAR(r.inv_freq[16], pow(10000, -32.0 / 64) * (1 - 6.0 / 13 + 6.0 / 13 / 40), 1e-15);
 	T_NEAR(r.attn_factor, 1.0, 1e-12);
+	/* the softmax scale factors the specification lists for V2 and V3 */
 	T_NEAR(ds_rope_attn_scale(&y), 1.589626, 1e-6);
-	y.mscale = y.mscale_all_dim = 1.0;
+	y.rope_scaling.mscale = y.rope_scaling.mscale_all_dim = 1.0;
 	T_NEAR(ds_rope_attn_scale(&y), 1.873854, 1e-6);
+	T_NEAR(ds_rope_attn_scale(&l3), 1.0, 0);
 	/* Llama 3.1: high frequencies kept, low divided by 8 */
-	T_CHECK(ds_rope_init(&r, DS_ROPE_NEOX, 128, 500000, &l3, &err) == 0);
+	T_CHECK(ds_rope_init(&r, &l3, 128, &err) == 0);
 	T_NEAR(r.inv_freq[0], 1.0, 1e-15);
 	T_NEAR(r.inv_freq[63], pow(500000, -126.0 / 128) / 8, 1e-18);
 	for (i = 0; i < 64; i++) {
@@ -501,27 +615,27 @@ static void test_rope_tables(void)
 		else
 			T_CHECK(r.inv_freq[i] < f && r.inv_freq[i] > f / 8);
 	}
-	T_CHECK(ds_rope_init(&r, DS_ROPE_NEOX, 63, 10000, NULL, &err) == -1);
-	T_CHECK(ds_rope_init(&r, DS_ROPE_NEOX, 64, 0.5, NULL, &err) == -1);
-	l3.high_freq_factor = 0.5;
-	T_CHECK(ds_rope_init(&r, DS_ROPE_NEOX, 64, 10000, &l3, &err) == -1);
+	T_CHECK(ds_rope_init(&r, &l3, 63, &err) == -1);
+	T_CHECK(ds_rope_init(&r, &bad, 64, &err) == -1);
+	l3.rope_scaling.high_freq_factor = 0.5;
+	T_CHECK(ds_rope_init(&r, &l3, 64, &err) == -1);
 }
 
 /* At large positions the angle is formed in double. */
 static void test_rope_apply(void)
 {
-	ds_rope_scaling lin = { DS_ROPE_SCALE_LINEAR, 4, 0, 0, 0, 0, 0, 0, 0 };
 	size_t nh = 3, hs = 80, dim = 64, t = 4, i, h, tt;
 	int32_t pos[4] = { 0, 7, 100000, 163839 };
 	int st, p;
 
 	for (st = 0; st < 2; st++) {
+		ds_hparams lin = rope_hp((enum ds_rope_style)st, 10000, DS_ROPE_SCALING_LINEAR, 4, 0);
 		ds_rope r;
 		ds_err err;
 		float *x = rnd(t * nh * hs, 1), *y = malloc(t * nh * hs * 4);
 		int bad = 0;
 
-		T_CHECK(ds_rope_init(&r, (enum ds_rope_style)st, dim, 10000, &lin, &err) == 0);
+		T_CHECK(ds_rope_init(&r, &lin, dim, &err) == 0);
 		for (p = 0; p < 2; p++) {
 			memcpy(y, x, t * nh * hs * 4);
 			ds_rope_apply(&ctxs[p], &r, y, 0, t, nh, hs, pos, 0);
@@ -742,7 +856,9 @@ static void test_mat_init(void)
 
 int main(void)
 {
-	ds_ctx_cfg cfg = { 40, 512, 128, 0, 64, 3, 128, 128, 16, 576, 64 };
+	ds_ctx_cfg cfg = { .max_rows = 40, .max_k = 512, .max_ff = 128, .moe_experts = 64,
+			   .moe_used = 3, .moe_k = 128, .moe_ff = 128, .max_group = 16,
+			   .max_head = 576, .max_rope = 64, .head_rows = 64, .head_k = 512 };
 	ds_err err;
 	int p;
 
@@ -756,6 +872,16 @@ int main(void)
 			return 1;
 		}
 	}
+	{
+		ds_ctx_cfg wcfg = cfg;
+
+		wcfg.max_k = wcfg.moe_k = 65536;
+
+		if (ds_ctx_init(&wide, pools[1], &wcfg, &err) != 0) {
+			printf("Bail out! %s\n", err.msg);
+			return 1;
+		}
+	}
 	printf("# kernels %s\n", ds_kernels_name());
 	T_RUN(test_mat_init);
 	T_RUN(test_matmul);
@@ -763,6 +889,8 @@ int main(void)
 	T_RUN(test_perm);
 	T_RUN(test_ffn);
 	T_RUN(test_moe);
+	T_RUN(test_blocks);
+	T_RUN(test_heads);
 	T_RUN(test_attention);
 	T_RUN(test_rope_tables);
 	T_RUN(test_rope_apply);
@@ -770,6 +898,7 @@ int main(void)
 	T_RUN(test_route);
 	T_RUN(test_embed);
 	T_RUN(test_elementwise);
+	ds_ctx_free(&wide);
 	for (p = 0; p < 2; p++) {
 		ds_ctx_free(&ctxs[p]);
 		ds_pool_free(pools[p]);

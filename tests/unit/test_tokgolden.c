@@ -84,6 +84,7 @@ static int run_golden(const ds_tok *tok, const char *gold, unsigned flags,
 		ids.n = 0;
 		ok = ds_tok_encode(tok, text, len, flags | DS_TOK_NO_BOS, &ids,
 				   &err) == 0 && ids_equal(&ids, rids);
+		int enc_ok = ok;
 		/* decode the reference's ids, in one go and streamed */
 		ref.n = 0;
 		for (size_t k = 0; k < json_array_size(rids); k++) {
@@ -124,8 +125,8 @@ static int run_golden(const ds_tok *tok, const char *gold, unsigned flags,
 		if (!ok) {
 			bad++;
 			if (shown++ < MAX_SHOWN)
-				printf("#   %s: %s: text %zu (%s) differs\n", what,
-				       gold, i, name);
+				printf("#   %s: %s: text %zu (%s) differs (%s)\n", what,
+				       gold, i, name, enc_ok ? "decode" : "ids");
 		}
 	}
 	printf("# %s: %zu texts, %d differ\n", what, json_array_size(corpus), bad);
@@ -162,6 +163,8 @@ static void test_hf_llama3(void) { hf_one("llama3", "llama3", 0); }
 static void test_hf_qwen3(void) { hf_one("qwen3", "qwen3", 0); }
 static void test_hf_llama2(void) { hf_one("llama2", "llama2", 0); }
 static void test_hf_llama2_metaspace(void) { hf_one("llama2meta", "llama2meta", 0); }
+static void test_hf_v3_added_options(void) { hf_one("v3extra", "v3extra", 0); }
+static void test_hf_llama2_normalized_added(void) { hf_one("llama2extra", "llama2extra", 0); }
 
 /* The same V3 corpus through a tokenizer.bin written and mapped back. */
 static void test_hf_v3_from_bin(void)
@@ -355,6 +358,8 @@ int main(void)
 	HF_RUN(test_hf_qwen3);
 	HF_RUN(test_hf_llama2);
 	HF_RUN(test_hf_llama2_metaspace);
+	HF_RUN(test_hf_v3_added_options);
+	HF_RUN(test_hf_llama2_normalized_added);
 	HF_RUN(test_hf_v3_byte_sequences);
 	T_RUN(test_sp_bpe);
 	T_RUN(test_sp_bpe_bytefallback);
