@@ -31,30 +31,21 @@ static void logf_(const ds_eng *e, const char *fmt, ...)
 
 /* ---- loading ------------------------------------------------------------------------ */
 
-/* DIR/tokenizer.bin; for a directory converted without one, the
- * tokenizer.json or tokenizer.model beside the model (compiled in memory). */
+/* DIR/tokenizer.bin: answers are text, so the tokenizer is needed. */
 static int load_tokenizer(ds_eng *e, ds_err *err)
 {
-	static const char *const names[] = { "tokenizer.bin", "tokenizer.json",
-					     "tokenizer.model" };
-	size_t i;
+	char *p = ds_path_join(e->o->model_dir, "tokenizer.bin");
+	int rc;
 
-	for (i = 0; i < 3; i++) {
-		char *p = ds_path_join(e->o->model_dir, names[i]);
-		int rc;
-
-		if (p == NULL)
-			return ds_errf(err, "out of memory");
-		if (access(p, F_OK) != 0) {
-			free(p);
-			continue;
-		}
+	if (p == NULL)
+		return ds_errf(err, "out of memory");
+	if (access(p, F_OK) != 0)
+		rc = ds_errf(err, "%s: no tokenizer (ds-serve needs the model's "
+			     "tokenizer: convert it with ds-convert)", p);
+	else
 		rc = ds_tok_load(&e->tok, p, err);
-		free(p);
-		return rc;
-	}
-	return ds_errf(err, "%s: no tokenizer.bin (ds-serve needs the model's "
-		       "tokenizer)", e->o->model_dir);
+	free(p);
+	return rc;
 }
 
 static void add_stop_id(ds_eng *e, int64_t id)

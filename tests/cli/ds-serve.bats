@@ -16,10 +16,6 @@ setup_file() {
 	export F
 	$PY scripts/gen-fixture.py --arch llama --out "$F/src" >/dev/null
 	"$DS_BIN/ds-convert" --model-path "$F/src" --output-dir "$F/m" --quiet
-	# a converted model without tokenizer.bin: ds-serve reads the
-	# checkpoint's tokenizer.json beside model.meta
-	[ -e "$F/m/tokenizer.bin" ] ||
-		cp "$F/src/tokenizer.json" "$F/src/tokenizer_config.json" "$F/m/"
 }
 
 teardown_file() {
@@ -164,6 +160,11 @@ LONG_STREAM='{"prompt": "long", "temperature": 0, "ignore_eos": true, "stream": 
 	[ "$status" -eq 1 ]
 	[[ "$output" == *"listening on http://127.0.0.1:"* ]]
 	[[ "${lines[-1]}" == "ds-serve: $T/nope/model.meta: "* ]]
+	mkdir "$T/notok"
+	cp "$F/m/model.meta" "$F/m/model.bin" "$T/notok/"
+	run "$DS_BIN/ds-serve" -m "$T/notok" --port 0
+	[ "$status" -eq 1 ]
+	[[ "${lines[-1]}" == "ds-serve: $T/notok/tokenizer.bin: no tokenizer"* ]]
 	start
 	run "$DS_BIN/ds-serve" -m "$F/m" --port "$PORT"
 	[ "$status" -eq 1 ]
@@ -650,10 +651,10 @@ for i in range(1, 8):
 	start --parallel 2 --ctx-size 16384
 	kill -HUP "$PID"
 	wait_code /health 200
-	curl -s -o "$T/a" -d '{"prompt": "a", "max_tokens": 400, "ignore_eos": true}' "$URL/v1/completions" 3>&- &
+	curl -s -o "$T/a" -d '{"prompt": "a", "max_tokens": 1500, "ignore_eos": true}' "$URL/v1/completions" 3>&- &
 	PIDS="$PIDS $!"
 	a=$!
-	curl -sN -o "$T/b" -d '{"prompt": "b", "max_tokens": 400, "ignore_eos": true, "stream": true}' "$URL/v1/completions" 3>&- &
+	curl -sN -o "$T/b" -d '{"prompt": "b", "max_tokens": 1500, "ignore_eos": true, "stream": true}' "$URL/v1/completions" 3>&- &
 	PIDS="$PIDS $!"
 	b=$!
 	until_metric ds_active_slots 2
@@ -662,7 +663,7 @@ for i in range(1, 8):
 	run curl -s -o /dev/null "$URL/health"
 	[ "$status" -eq 7 ]        # refused: nothing listens any more
 	wait "$a" "$b"
-	[ "$(j "$T/a" 'd["usage"]["completion_tokens"]')" = 400 ]
+	[ "$(j "$T/a" 'd["usage"]["completion_tokens"]')" = 1500 ]
 	sse "$T/b" >"$T/s"
 	[ "$(j "$T/s" 'd["finish"]')" = length ]
 	st=0
