@@ -610,39 +610,32 @@ static enum MHD_Result dispatch(rctx *q)
 
 /* ---- a request's life ---------------------------------------------------------------------- */
 
-/* Checks on the headers alone; an answer here ends the request. */
-static int early(rctx *q, const char *url, const char *method)
+/* Checks on the headers alone, before any body is read: an answer here
+ * (404, 405, 401, 413) ends the request. */
+static enum MHD_Result early(rctx *q, const char *method)
 {
 	ds_srv *s = q->s;
 	int post = q->ep <= DS_EP_CHAT || q->ep >= DS_EP_TOKENIZE;
 	const char *cl, *auth;
-	unsigned long long len;
 	char *end;
 
-	if (q->ep == DS_EP_OTHER) {
-		fail(q, 404, "not_found", "%.60s: no such endpoint", url);
-		return 1;
-	}
+	if (q->ep == DS_EP_OTHER)
+		return fail(q, 404, "not_found", "%.60s: no such endpoint", q->path);
 	if (post ? strcmp(method, "POST") != 0
-		 : strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
-		fail(q, 405, NULL, "%s: use %s", ds_ep_name(q->ep), post ? "POST" : "GET");
-		return 1;
-	}
+		 : strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
+		return fail(q, 405, NULL, "%s: use %s", ds_ep_name(q->ep),
+			    post ? "POST" : "GET");
 	auth = MHD_lookup_connection_value(q->c, MHD_HEADER_KIND,
 					   MHD_HTTP_HEADER_AUTHORIZATION);
-	if (s->o.api_key && q->ep != DS_EP_HEALTH && !ds_api_key_ok(auth, s->o.api_key)) {
-		fail(q, 401, "invalid_api_key", "%s", auth ? "invalid API key" :
-		     "an API key is needed: Authorization: Bearer KEY");
-		return 1;
-	}
+	if (s->o.api_key && q->ep != DS_EP_HEALTH && !ds_api_key_ok(auth, s->o.api_key))
+		return fail(q, 401, "invalid_api_key", "%s", auth ? "invalid API key" :
+			    "an API key is needed: Authorization: Bearer KEY");
 	cl = MHD_lookup_connection_value(q->c, MHD_HEADER_KIND,
 					 MHD_HTTP_HEADER_CONTENT_LENGTH);
-	if (cl && ((len = strtoull(cl, &end, 10)) > s->o.max_body || *end)) {
-		fail(q, 413, "request_too_large", "the body is larger than %zu bytes "
-		     "(--max-body)", s->o.max_body);
-		return 1;
-	}
-	return 0;
+	if (cl && (strtoull(cl, &end, 10) > s->o.max_body || *end))
+		return fail(q, 413, "request_too_large", "the body is larger than "
+			    "%zu bytes (--max-body)", s->o.max_body);
+	return MHD_YES;
 }
 
 static rctx *rctx_new(ds_srv *s, struct MHD_Connection *c, const char *url,
@@ -707,8 +700,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
 		if ((q = rctx_new(s, c, url, method)) == NULL)
 			return MHD_NO;
 		*con_cls = q;
-		early(q, url, method);
-		return MHD_YES;
+		return early(q, method);
 	}
 	if (*upload_size > 0) {
 		int ok = body_add(q, upload, *upload_size);
