@@ -20,6 +20,7 @@
 #define TT_MAX 6   /* activation rows per tile (register budget) */
 /* bytes of weights prefetched ahead when one activation row streams them */
 #define PF_AHEAD 4096
+#define PF_HINT _MM_HINT_T0
 
 AI __m512i bcast32(const void *p)
 {
@@ -141,7 +142,7 @@ AI void q_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
 						if (is4 == 0 || c < 4)
 							_mm_prefetch((const char *)rs + r * rsb +
 								     (is4 ? 8 : 16) * k + 64 * c +
-								     PF_AHEAD, _MM_HINT_T0);
+								     PF_AHEAD, PF_HINT);
 			if (is4) {
 #pragma GCC unroll 4
 				for (c = 0; c < 4; c++) {
@@ -250,7 +251,7 @@ static void q4_vec(const ds_mat *w, const uint8_t *rs, const ds_act *x,
 			__m512i w0, w1;
 
 			/* decode streams from memory: keep PF_AHEAD bytes in flight */
-			_mm_prefetch((const char *)wp + PF_AHEAD, _MM_HINT_T0);
+			_mm_prefetch((const char *)wp + PF_AHEAD, PF_HINT);
 			_mm_prefetch((const char *)wp + PF_AHEAD + 64, _MM_HINT_T0);
 			_mm_prefetch((const char *)wp + PF_AHEAD + 128, _MM_HINT_T0);
 			_mm_prefetch((const char *)wp + PF_AHEAD + 192, _MM_HINT_T0);

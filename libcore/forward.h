@@ -107,7 +107,8 @@ void ds_fwd_get_info(const ds_fwd *f, ds_fwd_info *info);
  * matrix (f16 or f32 when attn_kv_b is one of those), 2 r_kv d_nope n_head
  * bytes per layer: 2 MiB per layer for V2-Lite, 16 MiB for V3 (1 GiB in
  * all, 0.3% of its q4 weights).  bf16 is exact for bf16 checkpoints; for
- * q4/q8 the rounding (2^-9 relative) is below the int8 activations' own.
+ * q4/q8 the rounding (at most 2^-8 relative) is below the int8
+ * activations' own (1/254 of a block's largest).
  * W_UV is read from attn_kv_b in place (its rows of head h start on a
  * row-set when d_nope and d_v are multiples of 16, as in every released
  * model; otherwise it is derived the same way).

@@ -7,7 +7,7 @@
 # Tolerances (max |ours - reference| per logits row; the logits' scale is
 # about 1, their largest about 4):
 #   bf16 checkpoints   0.1   the kernels round the activations to bf16
-#                            (2^-9 relative) before each product: the same
+#                            (at most 2^-8 relative) before each product: the same
 #                            rounding simulated in the reference moves its
 #                            logits by up to 0.03 (dense), 0.075 (MoE)
 #   f16 checkpoints    0.01  fp32 activations; the f16 KV cache alone
