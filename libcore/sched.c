@@ -220,11 +220,14 @@ static sreq *req_make(ds_sched *s, const ds_req *q, ds_err *err)
 int ds_sched_submit(ds_sched *s, const ds_req *q, uint64_t *id, ds_err *err)
 {
 	sreq *r = req_make(s, q, err);
+	uint64_t rid;
 
 	if (r == NULL)
 		return -1;
 	pthread_mutex_lock(&s->mu);
-	r->id = r->st.id = s->next_id++;
+	/* r is the driver's once queued: it may be done and freed as soon as
+	 * the lock is released, so its id is read here */
+	rid = r->id = r->st.id = s->next_id++;
 	if (s->qtail)
 		s->qtail->link = r;
 	else
@@ -234,7 +237,7 @@ int ds_sched_submit(ds_sched *s, const ds_req *q, uint64_t *id, ds_err *err)
 	pthread_cond_broadcast(&s->cv);
 	pthread_mutex_unlock(&s->mu);
 	if (id)
-		*id = r->id;
+		*id = rid;
 	return 0;
 }
 
@@ -265,6 +268,16 @@ size_t ds_sched_pending(ds_sched *s)
 	n = s->n_queued + s->n_running;
 	pthread_mutex_unlock(&s->mu);
 	return n;
+}
+
+void ds_sched_counts(ds_sched *s, size_t *queued, size_t *running)
+{
+	pthread_mutex_lock(&s->mu);
+	if (queued)
+		*queued = s->n_queued;
+	if (running)
+		*running = s->n_running;
+	pthread_mutex_unlock(&s->mu);
 }
 
 int ds_sched_wait(ds_sched *s)

@@ -128,6 +128,9 @@ int ds_sched_submit(ds_sched *s, const ds_req *r, uint64_t *id, ds_err *err);
 int ds_sched_cancel(ds_sched *s, uint64_t id);
 /* Requests queued or running. */
 size_t ds_sched_pending(ds_sched *s);
+/* The same, apart: waiting for a slot, and holding one (a server's
+ * metrics; any thread, as ds_sched_pending; either pointer may be NULL). */
+void ds_sched_counts(ds_sched *s, size_t *queued, size_t *running);
 
 /* One step (above).  Returns the requests still pending after it, or -1
  * when the forward pass failed (the running requests then end with

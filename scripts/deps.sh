@@ -6,7 +6,7 @@ set -eu
 
 pkgs="gcc make libc6-dev pkg-config zlib1g-dev libarchive-dev libjansson-dev
 libnuma-dev libpcre2-dev libmicrohttpd-dev libzstd-dev libicu-dev bats mandoc
-curl python3 python3-numpy zstd time"
+curl python3 python3-numpy zstd time nginx python3-prometheus-client"
 [ "${1:-}" = "--ref" ] && pkgs="$pkgs python3-torch python3-sentencepiece"
 # scripts/train-demo.py: the training text (Jane Austen, public domain; MIT
 # package), the loss plot, and a BLAS that is 7x faster than reference BLAS
@@ -32,6 +32,15 @@ if [ "$(id -u)" != 0 ]; then
 	sudo=sudo
 fi
 export DEBIAN_FRONTEND=noninteractive
+# nginx is for tests/cli/ds-serve.bats, which runs its own on loopback: its
+# package must not start the system's web server (policy-rc.d says no).
+case " $missing " in *" nginx "*)
+	if [ ! -e /usr/sbin/policy-rc.d ]; then
+		printf '#!/bin/sh\nexit 101\n' | $sudo tee /usr/sbin/policy-rc.d >/dev/null
+		$sudo chmod 755 /usr/sbin/policy-rc.d
+		trap '$sudo rm -f /usr/sbin/policy-rc.d' EXIT
+	fi ;;
+esac
 $sudo apt-get update -qq
 # shellcheck disable=SC2086
 $sudo apt-get install -y -qq --no-install-recommends $missing >&2

@@ -400,6 +400,52 @@ static void test_wait_stop(void)
 	eng_close(&e);
 }
 
+/* ds_sched_counts tells queued from running as slots fill, a request
+ * ends and others are cancelled (ds-serve's metrics). */
+static void test_counts(void)
+{
+	int32_t p[3] = { 1, 2, 3 };
+	size_t q = 9, r = 9;
+	uint64_t id[3];
+	out o[3];
+	ds_err err;
+	ds_req rq;
+	eng e;
+	int i;
+
+	if (eng_open(&e, 2, 64, 16)) {
+		T_CHECK(0);
+		return;
+	}
+	ds_sched_counts(e.s, &q, &r);
+	T_CHECK(q == 0 && r == 0);
+	for (i = 0; i < 3; i++) {   /* the first ends after 2 tokens */
+		req_init(&rq, p, 3, i == 0 ? 2 : -1, (uint64_t)i, &o[i]);
+		T_CHECK(ds_sched_submit(e.s, &rq, &id[i], &err) == 0);
+	}
+	ds_sched_counts(e.s, &q, &r);
+	T_CHECK(q == 3 && r == 0);      /* admitted by a step */
+	T_CHECK(ds_sched_step(e.s, &err) == 3);
+	ds_sched_counts(e.s, &q, &r);
+	T_CHECK(q == 1 && r == 2);
+	T_CHECK(ds_sched_step(e.s, &err) == 2);
+	ds_sched_counts(e.s, &q, NULL);
+	ds_sched_counts(e.s, NULL, &r);
+	T_CHECK(o[0].done == 1 && q == 1 && r == 1);
+	T_CHECK(ds_sched_step(e.s, &err) == 2);
+	ds_sched_counts(e.s, &q, &r);
+	T_CHECK(q == 0 && r == 2);
+	T_CHECK(ds_sched_cancel(e.s, id[1]) == 0);
+	T_CHECK(ds_sched_step(e.s, &err) == 1);
+	ds_sched_counts(e.s, &q, &r);
+	T_CHECK(o[1].why == DS_FINISH_CANCEL && q == 0 && r == 1);
+	T_CHECK(ds_sched_cancel(e.s, id[2]) == 0);
+	T_CHECK(ds_sched_step(e.s, &err) == 0);
+	ds_sched_counts(e.s, &q, &r);
+	T_CHECK(q == 0 && r == 0 && o[2].done == 1);
+	eng_close(&e);
+}
+
 /* ---- stop strings ------------------------------------------------------------------- */
 
 static void test_stopper(void)
@@ -457,6 +503,7 @@ int main(void)
 	T_RUN(test_refused);
 	T_RUN(test_threads_and_cancel);
 	T_RUN(test_wait_stop);
+	T_RUN(test_counts);
 	T_RUN(test_stopper);
 	ds_model_free(&model);
 	ds_remove_tree(dir);

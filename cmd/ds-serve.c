@@ -1,0 +1,332 @@
+/*
+ * ds-serve - an OpenAI-compatible HTTP server with continuous batching
+ * (ds-serve(1)).  The options, the signals and the exit status; the server
+ * is libcore/serve/.
+ *
+ * Every signal the program handles is blocked in all threads and taken by
+ * the main thread with sigwaitinfo: SIGTERM and SIGINT start the drain,
+ * a second one ends it at once; SIGHUP is ignored; SIGUSR1 is the loader
+ * thread saying it is done.
+ */
+#include <ctype.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "serve/serve.h"
+#include "threads.h"
+#include "util.h"
+
+static const char *prog = "ds-serve";
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: %s -m DIR [--host ADDR] [--port N] [--threads N] [--parallel N]\n"
+		"                [--ctx-size N] [--queue N] [--api-key KEY | --api-key-file FILE]\n"
+		"                [--max-body BYTES] [--timeout S] [--cpus LIST] [--hugepages]\n"
+		"                [--numa MODE] [--verbose]\n",
+		prog);
+}
+
+static void warnx_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void warnx_(const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "%s: ", prog);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+static void log_line(void *user, const char *line)
+{
+	(void)user;
+	warnx_("%s", line);
+}
+
+/* ---- options ------------------------------------------------------------------- */
+
+typedef struct opts {
+	ds_srv_opts so;
+	const char *key_file;
+	char *key;                 /* read from key_file */
+} opts;
+
+enum {
+	O_KEY = 256, O_KEYFILE, O_CPUS, O_CTX, O_HOST, O_HUGE, O_BODY, O_NUMA,
+	O_PAR, O_PORT, O_QUEUE, O_THREADS, O_TIMEOUT, O_VERBOSE, O_VERSION,
+};
+
+static const struct option longopts[] = {
+	{ "api-key", required_argument, NULL, O_KEY },
+	{ "api-key-file", required_argument, NULL, O_KEYFILE },
+	{ "cpus", required_argument, NULL, O_CPUS },
+	{ "ctx-size", required_argument, NULL, O_CTX },
+	{ "help", no_argument, NULL, 'h' },
+	{ "host", required_argument, NULL, O_HOST },
+	{ "hugepages", no_argument, NULL, O_HUGE },
+	{ "max-body", required_argument, NULL, O_BODY },
+	{ "model", required_argument, NULL, 'm' },
+	{ "numa", required_argument, NULL, O_NUMA },
+	{ "parallel", required_argument, NULL, O_PAR },
+	{ "port", required_argument, NULL, O_PORT },
+	{ "queue", required_argument, NULL, O_QUEUE },
+	{ "threads", required_argument, NULL, O_THREADS },
+	{ "timeout", required_argument, NULL, O_TIMEOUT },
+	{ "verbose", no_argument, NULL, O_VERBOSE },
+	{ "version", no_argument, NULL, O_VERSION },
+	{ NULL, 0, NULL, 0 },
+};
+
+static int num(const char *opt, const char *v, long lo, long hi, long *out)
+{
+	if (ds_parse_long(v, lo, hi, out) != 0) {
+		warnx_("%s %s: not an integer in [%ld, %ld]", opt, v, lo, hi);
+		return 2;
+	}
+	return 0;
+}
+
+/* Printable ASCII without spaces: what an HTTP header carries as is. */
+static int key_ok(const char *k)
+{
+	if (*k == '\0')
+		return 0;
+	for (; *k; k++)
+		if (*k <= ' ' || *k > '~')
+			return 0;
+	return 1;
+}
+
+static int parse_one(opts *o, int c, const char *a)
+{
+	ds_srv_opts *s = &o->so;
+	long v = 0;
+	int rc = 0;
+
+	switch (c) {
+	case 'm': s->model_dir = a; return 0;
+	case O_KEY: s->api_key = a; return 0;
+	case O_KEYFILE: o->key_file = a; return 0;
+	case O_CPUS: s->cpus = a; return 0;
+	case O_CTX: rc = num("--ctx-size", a, 4, 1L << 24, &v); s->ctx_size = (uint32_t)v; break;
+	case O_HOST: s->host = a; return 0;
+	case O_HUGE: s->hugepages = 1; return 0;
+	case O_BODY: rc = num("--max-body", a, 16, 1L << 30, &v); s->max_body = (size_t)v; break;
+	case O_NUMA: s->numa = a; return 0;
+	case O_PAR: rc = num("--parallel", a, 1, 256, &v); s->parallel = (uint32_t)v; break;
+	case O_PORT: rc = num("--port", a, 0, 65535, &v); s->port = (unsigned)v; break;
+	case O_QUEUE: rc = num("--queue", a, 0, 65536, &v); s->queue = (uint32_t)v; break;
+	case O_THREADS: rc = num("--threads", a, 1, DS_POOL_MAX, &v); s->threads = (int)v; break;
+	case O_TIMEOUT: rc = num("--timeout", a, 1, 86400, &v); s->timeout_s = (unsigned)v; break;
+	case O_VERBOSE: s->verbose = 1; return 0;
+	default: return 2;
+	}
+	return rc;
+}
+
+static int check_args(opts *o)
+{
+	if (o->so.model_dir == NULL) {
+		warnx_("-m DIR is required");
+		usage(stderr);
+		return 2;
+	}
+	if (o->so.api_key && o->key_file) {
+		warnx_("--api-key and --api-key-file exclude each other");
+		return 2;
+	}
+	if (o->so.api_key && !key_ok(o->so.api_key)) {
+		warnx_("--api-key: printable ASCII without spaces, not empty");
+		return 2;
+	}
+	if (o->so.numa && strcmp(o->so.numa, "interleave") != 0 &&
+	    strcmp(o->so.numa, "node") != 0) {
+		warnx_("--numa %s: interleave or node", o->so.numa);
+		return 2;
+	}
+	return 0;
+}
+
+/* 0 go on, 2 usage error, -1 exit 0 (help, version) */
+static int parse_args(opts *o, int argc, char **argv)
+{
+	int c, rc;
+
+	memset(o, 0, sizeof *o);
+	o->so.port = 8080;
+	o->so.parallel = 4;
+	o->so.queue = 64;
+	o->so.max_body = 1u << 20;
+	o->so.timeout_s = 60;
+	o->so.log = log_line;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":hm:", longopts, NULL)) != -1) {
+		if (c == 'h') {
+			usage(stdout);
+			return -1;
+		}
+		if (c == O_VERSION) {
+			printf("%s %s\n", prog, DS_VERSION);
+			return -1;
+		}
+		if (c == '?' || c == ':') {
+			warnx_("%s: %s", argv[optind - 1], c == '?' ? "unknown option"
+							     : "needs a value");
+			usage(stderr);
+			return 2;
+		}
+		if ((rc = parse_one(o, c, optarg)) != 0)
+			return rc;
+	}
+	if (optind < argc) {
+		warnx_("unexpected argument %s", argv[optind]);
+		return 2;
+	}
+	return check_args(o);
+}
+
+/* The key file's first line (a trailing newline and blanks dropped). */
+static int read_key(opts *o, ds_err *err)
+{
+	size_t n;
+
+	if (o->key_file == NULL)
+		return 0;
+	if (ds_read_file(o->key_file, 4096, &o->key, &n, err))
+		return -1;
+	o->key[strcspn(o->key, "\r\n")] = '\0';
+	n = strlen(o->key);
+	while (n > 0 && isspace((unsigned char)o->key[n - 1]))
+		o->key[--n] = '\0';
+	if (!key_ok(o->key))
+		return ds_errf(err, "%s: the key must be one line of printable "
+			       "ASCII without spaces", o->key_file);
+	o->so.api_key = o->key;
+	return 0;
+}
+
+/* ---- loading, serving, stopping -------------------------------------------------- */
+
+typedef struct loader {
+	ds_srv *s;
+	pthread_t main, th;
+	atomic_int done;
+	int rc;
+	ds_err err;
+} loader;
+
+static void *load_main(void *arg)
+{
+	loader *l = arg;
+
+	l->rc = ds_srv_load(l->s, &l->err);
+	atomic_store(&l->done, 1);
+	pthread_kill(l->main, SIGUSR1);
+	return NULL;
+}
+
+/* Until SIGTERM/SIGINT (0), or the load failed (1). */
+static int serve(loader *l, const sigset_t *set, int *joined)
+{
+	for (;;) {
+		siginfo_t si;
+		int sig = sigwaitinfo(set, &si);
+
+		if (sig == SIGINT || sig == SIGTERM) {
+			warnx_("%s: stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
+			return 0;
+		}
+		if (sig == SIGUSR1 && atomic_load(&l->done) && !*joined) {
+			pthread_join(l->th, NULL);
+			*joined = 1;
+			if (l->rc) {
+				warnx_("%s", l->err.msg);
+				return 1;
+			}
+		}
+	}
+}
+
+/* In-flight requests get up to timeout_s to finish; a second signal ends
+ * the wait. */
+static void drain(ds_srv *s, const sigset_t *set, unsigned timeout_s)
+{
+	double end = ds_now_s() + timeout_s;
+	struct timespec tick = { 0, 50 * 1000 * 1000 };
+	size_t n = ds_srv_inflight(s);
+
+	if (n > 0)
+		warnx_("finishing %zu request%s (at most %u s)", n, n == 1 ? "" : "s",
+		       timeout_s);
+	while (ds_srv_inflight(s) > 0 && ds_now_s() < end) {
+		int sig = sigtimedwait(set, NULL, &tick);
+
+		if (sig == SIGINT || sig == SIGTERM)
+			break;
+	}
+	if ((n = ds_srv_inflight(s)) > 0)
+		warnx_("cancelling %zu request%s", n, n == 1 ? "" : "s");
+}
+
+static int run(opts *o)
+{
+	sigset_t set;
+	loader l;
+	ds_err err;
+	int joined = 0, rc;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGHUP);
+	sigaddset(&set, SIGUSR1);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);   /* before any thread starts */
+	signal(SIGPIPE, SIG_IGN);
+	memset(&l, 0, sizeof l);
+	if (read_key(o, &err) || ds_srv_start(&l.s, &o->so, &err)) {
+		warnx_("%s", err.msg);
+		return 1;
+	}
+	warnx_("listening on http://%s%s%s:%u/ (model loading)",
+	       strchr(o->so.host ? o->so.host : "", ':') ? "[" : "",
+	       o->so.host ? o->so.host : "127.0.0.1",
+	       strchr(o->so.host ? o->so.host : "", ':') ? "]" : "", ds_srv_port(l.s));
+	l.main = pthread_self();
+	if (pthread_create(&l.th, NULL, load_main, &l) != 0) {
+		warnx_("cannot start the loader thread");
+		ds_srv_free(l.s);
+		return 1;
+	}
+	rc = serve(&l, &set, &joined);
+	ds_srv_quiesce(l.s);
+	if (!joined)
+		pthread_join(l.th, NULL);
+	if (rc == 0 && l.rc == 0)
+		drain(l.s, &set, o->so.timeout_s);
+	ds_srv_free(l.s);
+	if (rc == 0)
+		warnx_("stopped");
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	opts o;
+	int rc = parse_args(&o, argc, argv);
+
+	if (rc)
+		return rc < 0 ? 0 : rc;
+	rc = run(&o);
+	free(o.key);
+	return rc;
+}

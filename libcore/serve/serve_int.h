@@ -1,0 +1,98 @@
+/*
+ * serve_int.h - what engine.c and http.c share inside libcore/serve/.
+ */
+#ifndef DS_SERVE_INT_H
+#define DS_SERVE_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "chat.h"
+#include "forward.h"
+#include "kvcache.h"
+#include "modelfile.h"
+#include "scheduler.h"
+#include "serve.h"
+#include "threads.h"
+#include "tokenizer/tokenizer.h"
+
+#define DS_ENG_MAX_STOP_IDS 24
+
+/* The model and everything that generates from it. */
+typedef struct ds_eng {
+	const ds_srv_opts *o;
+	ds_metrics *metrics;
+	ds_model m;
+	int have_model;
+	ds_placement pl;
+	ds_pool *pool;
+	ds_fwd *fwd;
+	ds_kvcache kv;
+	int have_kv;
+	ds_tok *tok;
+	/* The scheduler; smu orders submit and cancel against its end
+	 * (sched is NULL before the load and after ds_eng_stop). */
+	pthread_mutex_t smu;
+	ds_sched *sched;
+	pthread_t driver;
+	int driver_on;
+	atomic_size_t inflight;     /* submitted jobs not yet done */
+	size_t limit;               /* --parallel + --queue */
+	uint32_t n_ctx, n_vocab;
+	int have_tmpl;
+	enum ds_chat_tmpl tmpl;
+	char bos[64], eos[64];      /* their strings, for the templates */
+	int32_t stop_ids[DS_ENG_MAX_STOP_IDS]; /* EOS, EOT ... */
+	size_t n_stop_ids;
+	int32_t turn_end;           /* the template's end marker id, or -1 */
+	uint64_t seed_ctr;          /* fresh seeds, under smu */
+} ds_eng;
+
+/* One generation: shared by its connection and the scheduler (refs). */
+typedef struct ds_job {
+	pthread_mutex_t mu;
+	int efd;                    /* eventfd: written when there is news */
+	int refs;                   /* under mu */
+	ds_eng *eng;
+	uint64_t id;                /* the scheduler's */
+	int stream;
+	int keep_ids;               /* return_tokens */
+	double t_arrival;           /* ds_now_s */
+	size_t n_prompt;
+	/* the driver thread's alone */
+	ds_tok_stream ts;
+	ds_stopper stopper;
+	int stop_hit;
+	/* under mu */
+	char *text;                 /* text shown and not yet taken */
+	size_t n_text, cap_text;
+	int32_t *ids;               /* with return_tokens: ids sampled */
+	size_t n_ids, cap_ids;
+	int done, failed;
+	enum ds_finish why;
+	ds_req_stats st;
+} ds_job;
+
+int ds_eng_load(ds_eng *e, const ds_srv_opts *o, ds_metrics *mt, ds_err *err);
+/* End the driver; every job still queued or running ends cancelled. */
+void ds_eng_stop(ds_eng *e);
+void ds_eng_free(ds_eng *e);
+/* Queued and running requests (0 before the load). */
+void ds_eng_counts(ds_eng *e, size_t *queued, size_t *running);
+
+/* The prompt's ids: given, tokenized, or the chat rendered and tokenized;
+ * checked against the context. */
+int ds_eng_prompt(ds_eng *e, const ds_api_req *r, int32_t **ids, size_t *n,
+		  ds_api_err *ae);
+/* The text of ids as answers show it: ids the tokenizer has no string for
+ * add nothing. */
+int ds_eng_detok(ds_eng *e, const int32_t *ids, size_t n, ds_tok_text *out,
+		 ds_err *err);
+/* Queue a generation (503 when the queue is full or the engine stopped). */
+int ds_job_submit(ds_eng *e, const ds_api_req *r, const int32_t *ids,
+		  size_t n, double t_arrival, ds_job **out, ds_api_err *ae);
+/* The client is gone: end the job at the next step. */
+void ds_job_cancel(ds_job *j);
+void ds_job_release(ds_job *j);
+
+#endif
