@@ -47,7 +47,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static char fz_dir_path[256];
 
-static void fz_dir_remove(void)
+static inline void fz_dir_remove(void)
 {
 	if (fz_dir_path[0] != '\0')
 		ds_remove_tree(fz_dir_path);

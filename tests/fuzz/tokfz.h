@@ -26,7 +26,7 @@ static const char *const tokfz_texts[] = {
 
 /* Decode ids[0..n) at once and streamed; both must agree when both
  * succeed. */
-static void tokfz_decode(const ds_tok *tok, const int32_t *ids, size_t n,
+static inline void tokfz_decode(const ds_tok *tok, const int32_t *ids, size_t n,
 			 unsigned flags)
 {
 	ds_tok_text all = { 0 }, st = { 0 };
@@ -48,7 +48,7 @@ static void tokfz_decode(const ds_tok *tok, const int32_t *ids, size_t n,
 	ds_tok_text_free(&st);
 }
 
-static void tokfz_encode(const ds_tok *tok, const char *text, size_t len)
+static inline void tokfz_encode(const ds_tok *tok, const char *text, size_t len)
 {
 	static const unsigned flags[] = { 0, DS_TOK_BOS, DS_TOK_NO_BOS,
 					  DS_TOK_NO_SPECIAL };
@@ -72,7 +72,7 @@ static void tokfz_encode(const ds_tok *tok, const char *text, size_t len)
 /* Everything above on a loaded tokenizer.  `compiled`: the image was
  * built by ds itself (from a .json or .model), so its tables agree with
  * each other and every piece is found by its string. */
-static void tokfz_exercise(const ds_tok *tok, int compiled)
+static inline void tokfz_exercise(const ds_tok *tok, int compiled)
 {
 	ds_tok_info info;
 	uint32_t nv = ds_tok_n_vocab(tok), step;
