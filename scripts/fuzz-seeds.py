@@ -62,9 +62,30 @@ def safetensors(tensors, meta=None, pad=True):
     return struct.pack("<Q", len(h)) + h + data
 
 
+DT_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "I32": 4, "U8": 1, "I8": 1}
+
+
+def small_st(b):
+    """The tensors of a safetensors file, each cut to at most 2 x 2
+    elements (names and dtypes as they were)."""
+    n = struct.unpack("<Q", b[:8])[0]
+    hdr = json.loads(b[8:8 + n])
+    out = []
+    for name, t in hdr.items():
+        if name == "__metadata__":
+            continue
+        shape = [min(x, 2) for x in t["shape"]]
+        cnt = 1
+        for x in shape:
+            cnt *= x
+        out.append((name, t["dtype"], shape,
+                    bytes((i * 37) & 0xff for i in range(cnt * DT_BYTES[t["dtype"]]))))
+    return safetensors(out, hdr.get("__metadata__"))
+
+
 def seeds_safetensors():
-    for d in GOLDEN[:3]:
-        put("safetensors", case(d), read(d + "model.safetensors"))
+    for d in GOLDEN:
+        put("safetensors", case(d), small_st(read(d + "model.safetensors")))
     put("safetensors", "small", safetensors([
         ("a", "F32", [2, 3], bytes(range(24))),
         ("b", "BF16", [4], b"\x80\x3f" * 4),
@@ -130,6 +151,73 @@ def small_hf(tj, keep=400):
     return json.dumps(d, ensure_ascii=False).encode()
 
 
+def varint(b, i):
+    x = s = 0
+    while True:
+        c = b[i]
+        i += 1
+        x |= (c & 0x7f) << s
+        s += 7
+        if not c & 0x80:
+            return x, i
+
+
+def enc_varint(x):
+    o = b""
+    while True:
+        c = x & 0x7f
+        x >>= 7
+        if x:
+            o += bytes([c | 0x80])
+        else:
+            return o + bytes([c])
+
+
+def small_sp(b, keep=300):
+    """A SentencePiece ModelProto with only its first `keep` normal pieces
+    (field 1) and every other piece (control, unknown, byte, user); the
+    trainer and normalizer specs as they were."""
+    out, i, n = b"", 0, 0
+    while i < len(b):
+        start = i
+        key, i = varint(b, i)
+        wt = key & 7
+        if wt == 0:
+            _, i = varint(b, i)
+        elif wt == 1:
+            i += 8
+        elif wt == 5:
+            i += 4
+        elif wt == 2:
+            ln, i = varint(b, i)
+            body = b[i:i + ln]
+            i += ln
+            if key >> 3 == 1:
+                # SentencePiece.type (field 3): NORMAL = 1 or absent
+                t, j = 1, 0
+                while j < len(body):
+                    k, j = varint(body, j)
+                    if k & 7 == 0:
+                        v, j = varint(body, j)
+                        if k >> 3 == 3:
+                            t = v
+                    elif k & 7 == 2:
+                        ln2, j = varint(body, j)
+                        j += ln2
+                    elif k & 7 == 5:
+                        j += 4
+                    else:
+                        j += 8
+                if t == 1:
+                    n += 1
+                    if n > keep:
+                        continue
+                out += enc_varint(key) + enc_varint(ln) + body
+                continue
+        out += b[start:i]
+    return out
+
+
 def seeds_tokenizers():
     seen = set()
     for d in GOLDEN:
@@ -145,7 +233,8 @@ def seeds_tokenizers():
         if os.path.exists(d + "tokenizer_config.json"):
             put("tokconfig", case(d), read(d + "tokenizer_config.json"))
     for p in SP:
-        b = read(p)
+        # the nmt_nfkc charsmap alone is 240 kB: two models keep one
+        b = small_sp(read(p))
         if len(b) < 64 << 10 or os.path.basename(p) in ("uni.model",
                                                          "bpe-bf.model"):
             put("spmodel", os.path.basename(p), b)
