@@ -1213,6 +1213,7 @@ int main(int argc, char **argv)
 		return bad_value("--numa", o.numa, err.msg);
 	if (!o.seed_set)
 		o.sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+	ds_map_guard(); /* model.bin and tokenizer.bin are used in place */
 	rc = setup(&r, &err) || work(&r, &err) ? 1 : 0;
 	if (close_logits(&r, rc == 0, rc ? NULL : &err))
 		rc = 1;

@@ -238,6 +238,7 @@ int main(int argc, char **argv)
 	path = o.dir ? ds_path_join(o.dir, "tokenizer.bin") : strdup(o.file);
 	if (path == NULL)
 		return die("out of memory");
+	ds_map_guard(); /* tokenizer.bin is used in place */
 	if (ds_tok_load(&tok, path, &err) != 0) {
 		free(path);
 		return die(err.msg);
