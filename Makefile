@@ -2,6 +2,8 @@
 #   make            build the programs into bin/ and libcore into build/libdscore.a
 #   make test       build and run every C unit test and bats test
 #   make sanitize   the same suite under -fsanitize=address,undefined
+#   make fuzz       libFuzzer targets of every parser (tests/fuzz/README)
+#   make fuzz-smoke each of them for FUZZ_TIME seconds (default 60)
 #   make demo       convert the shipped demo model and run the pipeline
 #   make bench      the benchmark suite, written to bench/report.md
 #   make install    PREFIX=/usr/local DESTDIR=
@@ -32,6 +34,10 @@ CMD_SRC  = $(wildcard cmd/ds-*.c)
 PROGS    = $(CMD_SRC:cmd/%.c=$(BIN)/%)
 TEST_SRC = $(wildcard tests/unit/test_*.c)
 TESTS    = $(TEST_SRC:tests/unit/%.c=$(O)/tests/%)
+# Each fuzz target also links with a replay driver into a test that runs
+# its saved inputs (tests/fuzz/regress/, tests/fuzz/corpus/).
+FUZZ_SRC = $(wildcard tests/fuzz/fuzz_*.c)
+TESTS   += $(FUZZ_SRC:tests/fuzz/%.c=$(O)/tests/test_%)
 MANS     = $(wildcard man/*.[1-8])
 LIB      = $(O)/libdscore.a
 
@@ -74,6 +80,11 @@ $(O)/tests/%: $(O)/tests/unit/%.o $(LIB)
 	$(say) LINK $@
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
 
+$(O)/tests/test_fuzz_%: $(O)/tests/fuzz/fuzz_%.o $(O)/tests/fuzz/replay.o $(LIB)
+	@mkdir -p $(@D)
+	$(say) LINK $@
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
 test: all $(TESTS)
 	@DS_BIN=$(BIN) scripts/run-tests.sh $(O)/tests
 
@@ -82,6 +93,26 @@ sanitize:
 	@$(MAKE) --no-print-directory O=build/asan BIN=build/asan/bin \
 		OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
 		LDFLAGS="-fsanitize=address,undefined" test
+
+# libFuzzer builds (clang): the library instrumented in build/fuzz/, one
+# program per target in build/fuzz/bin/; scripts/fuzz.sh runs them.
+FUZZ_SAN  = -fsanitize=address,undefined -fno-sanitize-recover=undefined
+FUZZ_TIME ?= 60
+fuzz:
+	@scripts/deps.sh --fuzz
+	@$(MAKE) --no-print-directory CC=clang O=build/fuzz BIN=build/fuzz/bin \
+		OPT="-O1 -gline-tables-only -fno-omit-frame-pointer -fsanitize=fuzzer-no-link $(FUZZ_SAN)" \
+		LDFLAGS="-fsanitize=fuzzer $(FUZZ_SAN)" fuzz-targets
+
+fuzz-targets: $(FUZZ_SRC:tests/fuzz/%.c=$(BIN)/%)
+
+$(BIN)/fuzz_%: $(O)/tests/fuzz/fuzz_%.o $(LIB)
+	@mkdir -p $(@D)
+	$(say) LINK $@
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
+
+fuzz-smoke: fuzz
+	@scripts/fuzz.sh smoke $(FUZZ_TIME)
 
 demo: all
 	@scripts/demo.sh $(BIN)
@@ -99,7 +130,8 @@ install: all
 clean:
 	rm -rf build bin
 
-.PHONY: all deps test sanitize demo bench install clean
-.SECONDARY: $(LIB_OBJ) $(TESTS:$(O)/tests/%=$(O)/tests/unit/%.o) $(CMD_SRC:cmd/%.c=$(O)/cmd/%.o)
+.PHONY: all deps test sanitize fuzz fuzz-targets fuzz-smoke demo bench install clean
+.SECONDARY: $(LIB_OBJ) $(TESTS:$(O)/tests/%=$(O)/tests/unit/%.o) $(CMD_SRC:cmd/%.c=$(O)/cmd/%.o) \
+	$(FUZZ_SRC:%.c=$(O)/%.o) $(O)/tests/fuzz/replay.o
 
--include $(LIB_OBJ:.o=.d) $(wildcard $(O)/cmd/*.d $(O)/tests/unit/*.d)
+-include $(LIB_OBJ:.o=.d) $(wildcard $(O)/cmd/*.d $(O)/tests/unit/*.d $(O)/tests/fuzz/*.d)

@@ -160,6 +160,7 @@ int main(int argc, char **argv)
 	if ((inspect != NULL) + (verify != NULL) + (o.src || o.dst) > 1)
 		return bad_usage("--inspect, --verify and a conversion exclude "
 				 "each other", NULL);
+	ds_map_guard(); /* the checkpoint is read through mappings */
 	if (inspect != NULL || verify != NULL) {
 		if ((inspect ? ds_inspect(inspect, stdout, &err)
 			     : ds_verify(verify, stdout, &err)) == 0)

@@ -670,43 +670,17 @@ static int rq_submit(run *r, rq *q, ds_err *err)
 /* ---- input ------------------------------------------------------------------------------ */
 
 /* One line of decimal ids separated by blanks. */
-static int parse_ids(const run *r, const char *s, size_t line, int32_t **out,
-		     size_t *n, ds_err *err)
+static int parse_ids(const run *r, const char *s, size_t len, size_t line,
+		     int32_t **out, size_t *n, ds_err *err)
 {
-	int32_t *v = NULL;
-	size_t cap = 0, k = 0;
+	ds_tok_ids ids = { 0 };
 
-	for (;;) {
-		char *e;
-		long x;
-
-		while (*s == ' ' || *s == '\t' || *s == '\r')
-			s++;
-		if (*s == '\0' || *s == '\n')
-			break;
-		errno = 0;
-		x = strtol(s, &e, 10);
-		if (e == s || *s == '-' || *s == '+' ||
-		    (*e && *e != ' ' && *e != '\t' && *e != '\n' && *e != '\r')) {
-			free(v);
-			return ds_errf(err, "line %zu: \"%.20s\" is not a token id",
-				       line, s);
-		}
-		if (errno == ERANGE || x >= (long)r->n_vocab) {
-			free(v);
-			return ds_errf(err, "line %zu: token id %.*s is not below "
-				       "the vocabulary size %u", line,
-				       (int)(e - s < 20 ? e - s : 20), s, r->n_vocab);
-		}
-		if (grow((void **)&v, &cap, k + 1, sizeof *v)) {
-			free(v);
-			return ds_errf(err, "out of memory");
-		}
-		v[k++] = (int32_t)x;
-		s = e;
+	if (ds_tok_ids_parse(s, len, r->n_vocab, &ids, err) != 0) {
+		ds_tok_ids_free(&ids);
+		return ds_err_prefix(err, "line %zu", line);
 	}
-	*out = v;
-	*n = k;
+	*out = ids.v;
+	*n = ids.n;
 	return 0;
 }
 
@@ -792,7 +766,7 @@ static int read_requests(run *r, ds_err *err)
 			rc = add_text(r, buf, line, err);
 			continue;
 		}
-		if (parse_ids(r, buf, line, &ids, &n, err))
+		if (parse_ids(r, buf, len, line, &ids, &n, err))
 			rc = -1;
 		else if ((q = rq_add(r, ids, n)) == NULL)
 			rc = ds_errf(err, "out of memory");
@@ -1263,6 +1237,7 @@ int main(int argc, char **argv)
 		return bad_value("--numa", o.numa, err.msg);
 	if (!o.seed_set)
 		o.sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+	ds_map_guard(); /* model.bin and tokenizer.bin are used in place */
 	rc = setup(&r, &err) || work(&r, &err) ? 1 : 0;
 	if (close_logits(&r, rc == 0, rc ? NULL : &err))
 		rc = 1;

@@ -1,6 +1,5 @@
 /* ds-tok - text to token ids and back, exactly as the model's tokenizer.
  * Options, I/O and exit codes; the work is in libcore/tokenizer. */
-#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -153,41 +152,6 @@ static int encode(const ds_tok *tok, const struct opts *o)
 	return rc;
 }
 
-/* One line of decimal ids separated by spaces. */
-static int parse_ids(char *s, ds_tok_ids *ids, long lineno)
-{
-	ids->n = 0;
-	while (*s != '\0') {
-		char *end;
-		long v;
-
-		while (*s == ' ' || *s == '\t' || *s == '\r')
-			s++;
-		if (*s == '\0')
-			break;
-		errno = 0;
-		v = strtol(s, &end, 10);
-		if (end == s || errno != 0 || v < 0 || v > INT32_MAX ||
-		    (*end != '\0' && *end != ' ' && *end != '\t' && *end != '\r')) {
-			fprintf(stderr, "%s: line %ld: \"%.20s\" is not a token id\n",
-				prog, lineno, s);
-			return -1;
-		}
-		if (ids->n == ids->cap) {
-			size_t cap = ids->cap ? ids->cap * 2 : 256;
-			int32_t *q = realloc(ids->v, cap * sizeof *q);
-
-			if (q == NULL)
-				return -1;
-			ids->v = q;
-			ids->cap = cap;
-		}
-		ids->v[ids->n++] = (int32_t)v;
-		s = end;
-	}
-	return 0;
-}
-
 static int decode(const ds_tok *tok, const struct opts *o)
 {
 	ds_tok_ids ids = { 0 };
@@ -202,8 +166,12 @@ static int decode(const ds_tok *tok, const struct opts *o)
 	while (rc == 0 && (n = getline(&line, &cap, stdin)) >= 0) {
 		lineno++;
 		if (n > 0 && line[n - 1] == '\n')
-			line[n - 1] = '\0';
-		if (parse_ids(line, &ids, lineno) != 0) {
+			line[--n] = '\0';
+		/* ids past the vocabulary are the decoder's to name */
+		if (ds_tok_ids_parse(line, (size_t)n, UINT32_MAX, &ids,
+				     &err) != 0) {
+			fprintf(stderr, "%s: line %ld: %s\n", prog, lineno,
+				err.msg);
 			rc = 1;
 			break;
 		}
@@ -270,6 +238,7 @@ int main(int argc, char **argv)
 	path = o.dir ? ds_path_join(o.dir, "tokenizer.bin") : strdup(o.file);
 	if (path == NULL)
 		return die("out of memory");
+	ds_map_guard(); /* tokenizer.bin is used in place */
 	if (ds_tok_load(&tok, path, &err) != 0) {
 		free(path);
 		return die(err.msg);

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Install the Debian packages ds needs to build and test, only those missing.
-# Usage: scripts/deps.sh [--ref]   (--ref adds what the PyTorch/SentencePiece
-# reference generators under scripts/ref/ need; the tests never need them).
+# Usage: scripts/deps.sh [--ref|--fuzz]   (--ref adds what the PyTorch/
+# SentencePiece reference generators under scripts/ref/ need; the tests never
+# need them.  --fuzz adds clang with libFuzzer and OpenMP for `make fuzz`).
 set -eu
 
 pkgs="gcc make libc6-dev pkg-config zlib1g-dev libarchive-dev libjansson-dev
@@ -11,6 +12,8 @@ curl python3 python3-numpy zstd time nginx python3-prometheus-client"
 # scripts/train-demo.py: the training text (Jane Austen, public domain; MIT
 # package), the loss plot, and a BLAS that is 7x faster than reference BLAS
 [ "${1:-}" = "--ref" ] && pkgs="$pkgs r-cran-janeaustenr python3-matplotlib libopenblas0-pthread"
+# make fuzz: libFuzzer ships in clang's runtime package; -fopenmp needs libomp
+[ "${1:-}" = "--fuzz" ] && pkgs="$pkgs clang libclang-rt-14-dev libomp-dev"
 
 missing=""
 for p in $pkgs; do

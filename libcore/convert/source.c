@@ -119,6 +119,16 @@ static int write_file(struct archive *a, int fd, la_int64_t size,
 	la_int64_t off;
 	int r;
 
+	/* the size the entry will have, holes of a sparse entry included:
+	 * a few bytes of archive may not stand for terabytes to convert */
+	if (size >= 0) {
+		if ((uint64_t)size > limit - *total)
+			return ds_errf(err, "%s: entry \"%.200s\" of %lld bytes: "
+				       "extracting needs more than the %llu bytes "
+				       "free", arc, name, (long long)size,
+				       (unsigned long long)limit);
+		*total += (uint64_t)size;
+	}
 	for (;;) {
 		if (cancel != NULL && *cancel)
 			return ds_errf(err, "interrupted");
@@ -130,7 +140,11 @@ static int write_file(struct archive *a, int fd, la_int64_t size,
 		if (r != ARCHIVE_OK)
 			return ds_errf(err, "%s: entry \"%.200s\": %s", arc, name,
 				       archive_error_string(a));
-		*total += len;
+		if (size >= 0 && (off < 0 || (uint64_t)off + len > (uint64_t)size))
+			return ds_errf(err, "%s: entry \"%.200s\": more data than "
+				       "its size", arc, name);
+		if (size < 0)
+			*total += len;
 		if (*total > limit)
 			return ds_errf(err, "%s: extracting it needs more than the "
 				       "%llu bytes free", arc,

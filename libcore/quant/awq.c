@@ -72,7 +72,6 @@ static inline void chunk8(uint8_t *out, const uint8_t *qw, uint64_t rowb,
  * columns" into "lanes 0-3 (4-7) of one column", two 16-byte stores.
  */
 typedef uint32_t v4u __attribute__((vector_size(16)));
-typedef int32_t v4i __attribute__((vector_size(16)));
 
 static inline v4u ldv(const uint8_t *p)
 {
@@ -87,18 +86,19 @@ static inline void stv(uint8_t *p, v4u v)
 	memcpy(p, &v, 16);
 }
 
-/* r[l] = (a[0][l], a[1][l], a[2][l], a[3][l]) */
+/* r[l] = (a[0][l], a[1][l], a[2][l], a[3][l]); __builtin_shufflevector is
+ * in both GCC (12 on) and clang, __builtin_shuffle only in GCC */
 static inline void transpose4(const v4u a[4], v4u r[4])
 {
-	v4u t0 = __builtin_shuffle(a[0], a[1], (v4i){ 0, 4, 1, 5 });
-	v4u t1 = __builtin_shuffle(a[0], a[1], (v4i){ 2, 6, 3, 7 });
-	v4u t2 = __builtin_shuffle(a[2], a[3], (v4i){ 0, 4, 1, 5 });
-	v4u t3 = __builtin_shuffle(a[2], a[3], (v4i){ 2, 6, 3, 7 });
+	v4u t0 = __builtin_shufflevector(a[0], a[1], 0, 4, 1, 5);
+	v4u t1 = __builtin_shufflevector(a[0], a[1], 2, 6, 3, 7);
+	v4u t2 = __builtin_shufflevector(a[2], a[3], 0, 4, 1, 5);
+	v4u t3 = __builtin_shufflevector(a[2], a[3], 2, 6, 3, 7);
 
-	r[0] = __builtin_shuffle(t0, t2, (v4i){ 0, 1, 4, 5 });
-	r[1] = __builtin_shuffle(t0, t2, (v4i){ 2, 3, 6, 7 });
-	r[2] = __builtin_shuffle(t1, t3, (v4i){ 0, 1, 4, 5 });
-	r[3] = __builtin_shuffle(t1, t3, (v4i){ 2, 3, 6, 7 });
+	r[0] = __builtin_shufflevector(t0, t2, 0, 1, 4, 5);
+	r[1] = __builtin_shufflevector(t0, t2, 2, 3, 6, 7);
+	r[2] = __builtin_shufflevector(t1, t3, 0, 1, 4, 5);
+	r[3] = __builtin_shufflevector(t1, t3, 2, 3, 6, 7);
 }
 
 /* chunk c of word columns wc..wc+3 into row-sets at out and out + rsb */

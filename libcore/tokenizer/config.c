@@ -2,6 +2,7 @@
  * encode produces (add_bos_token, add_eos_token, bos/eos tokens), and the
  * chat template, recognized by name from its text. */
 #include <jansson.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "tok_int.h"
@@ -95,7 +96,13 @@ int ds_tok_read_config(struct tb_builder *b, const char *config, ds_err *err)
 	int rc = -1;
 
 	if (config != NULL) {
-		root = json_load_file(config, JSON_DECODE_INT_AS_REAL, &je);
+		char *text;
+		size_t len;
+
+		if (ds_read_file(config, TB_MAX_CONFIG, &text, &len, err) != 0)
+			return -1;
+		root = json_loadb(text, len, JSON_DECODE_INT_AS_REAL, &je);
+		free(text);
 		if (root == NULL)
 			return ds_errf(err, "%s: line %d: %s", config, je.line,
 				       je.text);

@@ -445,6 +445,16 @@ static int read_vocab(struct tb_builder *b, json_t *vocab, json_t *added,
 		amax = id > amax ? id : amax;
 		maxid = id > maxid ? id : maxid;
 	}
+	/* a table of maxid + 1 entries is allocated: ids far past the
+	 * number of tokens given would make a tiny file take gigabytes
+	 * (real vocabularies are dense) */
+	if (maxid >= 0 && (size_t)maxid > 2 * (json_object_size(vocab) +
+					       json_array_size(added)) + 1024) {
+		free(aid);
+		return ds_errf(err, "vocab: id %lld for %zu tokens: too sparse",
+			       (long long)maxid, json_object_size(vocab) +
+			       json_array_size(added));
+	}
 	if (maxid < 0 || tb_set_vocab_size(b, (uint32_t)maxid + 1, err) != 0) {
 		free(aid);
 		return maxid < 0 ? ds_errf(err, "empty vocabulary") : -1;
@@ -651,7 +661,16 @@ int ds_tok_read_hfjson(struct tb_builder *b, const char *path,
 	int rc = -1;
 
 	bn = bn ? bn + 1 : path;
-	root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+	{
+		/* read whole under a limit: jansson would take any size */
+		char *text;
+		size_t len;
+
+		if (ds_read_file(path, TB_MAX_JSON, &text, &len, err) != 0)
+			return -1;
+		root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+		free(text);
+	}
 	if (root == NULL)
 		return ds_errf(err, "%s: line %d: %s", path, je.line, je.text);
 	if (read_pretok(b, json_object_get(root, "pre_tokenizer"), err) ||

@@ -62,7 +62,8 @@ int ds_tok_convert(const char *src, const char *dst, struct json_t *meta,
 	for (int k = 0; k < 2 && name == NULL; k++) {
 		free(in);
 		in = ds_path_join(src, names[k]);
-		if (in != NULL && access(in, R_OK) == 0)
+		/* F_OK: one that cannot be read fails naming itself below */
+		if (in != NULL && access(in, F_OK) == 0)
 			name = names[k];
 	}
 	if (name == NULL) {
@@ -75,7 +76,7 @@ int ds_tok_convert(const char *src, const char *dst, struct json_t *meta,
 		ds_errf(err, "out of memory");
 		goto done;
 	}
-	if (ds_tok_compile_file(in, access(cfg, R_OK) == 0 ? cfg : NULL, out,
+	if (ds_tok_compile_file(in, access(cfg, F_OK) == 0 ? cfg : NULL, out,
 				err) != 0 ||
 	    ds_tok_load(&t, out, err) != 0 || ds_tok_meta(t, name, meta, err) != 0)
 		goto done;

@@ -73,7 +73,8 @@ static char *sibling_config(const char *path)
 	if (s != NULL)
 		memcpy(c, path, d + 1);
 	strcpy(c + (s ? d + 1 : 0), "tokenizer_config.json");
-	if (access(c, R_OK) != 0) {
+	/* one that is there but unreadable is an error, not ignored */
+	if (access(c, F_OK) != 0) {
 		free(c);
 		return NULL;
 	}

@@ -29,6 +29,10 @@
 #define TB_VERSION 1u
 #define TB_MAX_VOCAB (1u << 24)
 #define TB_MAX_OPS 64u
+/* The biggest tokenizer.json published is ~30 MB; configs are a few kB
+ * (a chat template included).  jansson takes about 10x the text. */
+#define TB_MAX_JSON (256u << 20)
+#define TB_MAX_CONFIG (16u << 20)
 
 enum tb_model {
 	TB_HF_BPE = 1,     /* Hugging Face BPE: merges by rank */

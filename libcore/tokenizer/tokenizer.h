@@ -115,6 +115,18 @@ int ds_tok_stream_push(ds_tok_stream *st, int32_t id, ds_tok_text *out,
 		       ds_err *err);
 int ds_tok_stream_finish(ds_tok_stream *st, ds_tok_text *out, ds_err *err);
 
+/* ---- the token stream ---------------------------------------------------- */
+
+/* One line of ds-tok's output and ds-run's input (ds-tok(1)): decimal ids
+ * separated by blanks (space, tab, CR), line[0..len) without its '\n'.
+ * *out is emptied, then gets the ids, each below `limit` (the vocabulary
+ * size; UINT32_MAX leaves that check to the decoder).  Any other byte, a
+ * sign, a NUL or a number past INT32_MAX is an error quoting the word:
+ * "\"x2\" is not a token id", "token id 99999 is not below the
+ * vocabulary size 384". */
+int ds_tok_ids_parse(const char *line, size_t len, uint32_t limit,
+		     ds_tok_ids *out, ds_err *err);
+
 /* ---- vocabulary ------------------------------------------------------------ */
 
 /* The id of a token given as written in the tokenizer file (an added

@@ -81,11 +81,18 @@ static json_t *json_actions(const ds_tune_plan *p)
 				      x->op == DS_TUNE_MKDIR ? "mkdir" : "write",
 				      "path", x->path);
 
-		if (o != NULL && x->value != NULL)
-			json_object_set_new(o, "value", json_string(x->value));
+		if (o != NULL && x->value != NULL &&
+		    json_object_set_new(o, "value", json_string(x->value)) != 0) {
+			json_decref(o);
+			o = NULL;
+		}
 		if (o != NULL && x->why != NULL)
 			json_object_set_new(o, "why", json_string(x->why));
-		json_array_append_new(a, o);
+		/* never a plan with an action quietly left out */
+		if (o == NULL || json_array_append_new(a, o) != 0) {
+			json_decref(a);
+			return NULL;
+		}
 	}
 	return a;
 }
@@ -98,14 +105,17 @@ static json_t *json_instances(const ds_tune_plan *p)
 	for (int k = 0; a != NULL && k < p->n_inst; k++) {
 		const ds_tune_instance *in = &p->inst[k];
 
-		json_array_append_new(a, json_pack(
+		if (json_array_append_new(a, json_pack(
 			"{s:i, s:s, s:s, s:i, s:I, s:s?, s:s, s:s}",
 			"index", k, "cpus", ds_cpuset_format(&in->cpus, cpus),
 			"nodes", ds_cpuset_format(&in->nodes, nodes),
 			"threads", ds_cpuset_count(&in->cpus),
 			"hugepages", (json_int_t)in->pages,
 			"cgroup", in->cgroup[0] ? in->cgroup : NULL,
-			"run", in->run, "serve", in->serve));
+			"run", in->run, "serve", in->serve)) != 0) {
+			json_decref(a); /* a model path that is not UTF-8 */
+			return NULL;
+		}
 	}
 	return a;
 }
@@ -178,10 +188,11 @@ int ds_tune_check_path(const char *path, const char *where, ds_err *err)
 	    (n >= 3 && strcmp(path + n - 3, "/..") == 0) || path[n - 1] == '/')
 		return ds_errf(err, "%s: \"%s\" is not a plain absolute path",
 			       where, path);
+	/* kernel settings are named in ASCII (and JSON needs UTF-8) */
 	for (const char *c = path; *c; c++)
-		if ((unsigned char)*c <= ' ')
-			return ds_errf(err, "%s: blank or control character in "
-				       "path \"%s\"", where, path);
+		if ((unsigned char)*c <= ' ' || (unsigned char)*c >= 0x7f)
+			return ds_errf(err, "%s: blank, control or non-ASCII "
+				       "character in path \"%s\"", where, path);
 	return 0;
 }
 
@@ -191,9 +202,9 @@ static int check_value(const char *v, const char *where, ds_err *err)
 		return ds_errf(err, "%s: value longer than %d bytes", where,
 			       PLAN_VALUE_MAX);
 	for (const char *c = v; *c; c++)
-		if ((unsigned char)*c < ' ')
-			return ds_errf(err, "%s: control character in value",
-				       where);
+		if ((unsigned char)*c < ' ' || (unsigned char)*c >= 0x7f)
+			return ds_errf(err, "%s: control or non-ASCII character "
+				       "in value", where);
 	return 0;
 }
 

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -39,6 +40,54 @@ int ds_map_open(ds_map *m, const char *path, int flags, ds_err *err)
 	}
 	m->data = p;
 	return 0;
+}
+
+/* ---- a mapped file truncated under us ------------------------------------- */
+
+static void put_str(const char *s)
+{
+	if (write(2, s, strlen(s)) < 0)
+		_exit(1);
+}
+
+/* Async-signal-safe: write(2) and _exit(2) only. */
+static void on_sigbus(int sig, siginfo_t *si, void *ctx)
+{
+	static const char hex[] = "0123456789abcdef";
+	char a[2 + 16 + 1], *p = a + sizeof a - 1;
+	uintptr_t v = (uintptr_t)si->si_addr;
+
+	(void)ctx;
+	if (si->si_code != BUS_ADRERR) {
+		/* not a page past the end of a file: the default action */
+		signal(sig, SIG_DFL);
+		raise(sig);
+		return;
+	}
+	*p = '\0';
+	do
+		*--p = hex[v & 15];
+	while ((v >>= 4) != 0 && p > a + 2);
+	*--p = 'x';
+	*--p = '0';
+	put_str(program_invocation_short_name);
+	put_str(": a mapped file (model.bin, tokenizer.bin or a checkpoint) "
+		"was truncated while in use (bus error at ");
+	put_str(p);
+	put_str("); replace model directories, never rewrite their files in "
+		"place (ds-model(5))\n");
+	_exit(1);
+}
+
+void ds_map_guard(void)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof sa);
+	sa.sa_sigaction = on_sigbus;
+	sa.sa_flags = SA_SIGINFO;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGBUS, &sa, NULL);
 }
 
 void ds_map_close(ds_map *m)

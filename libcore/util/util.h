@@ -77,6 +77,12 @@ enum {
 
 int ds_map_open(ds_map *m, const char *path, int flags, ds_err *err);
 void ds_map_close(ds_map *m);
+/* For programs (cmd/): a file truncated while mapped faults with SIGBUS
+ * on the next read of a page past its new end.  After this call that is
+ * one line on stderr, "PROG: a mapped file ... was truncated while in
+ * use (bus error at 0x...)", and exit status 1 instead of a crash.
+ * Other SIGBUS causes keep the default action. */
+void ds_map_guard(void);
 
 /* Read a whole (small) file into a NUL-terminated malloc'd buffer;
  * refuses files over `max` bytes. */
