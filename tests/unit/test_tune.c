@@ -221,7 +221,7 @@ static void test_plan_parse(void)
 		{ "/sys/a\n", "p:1: expected \"PATH = VALUE\"" },
 		{ "run = x\n", "unknown key \"run\"" },
 		{ "run.x = x\n", "unknown key" },
-		{ "/sys/a = b\tc\n", "control character" },
+		{ "/sys/a = b\tc\n", "control or non-ASCII character" },
 		{ "{\"format\": \"ds-tune-plan\", \"version\": 2, \"actions\": []}",
 		  "not a ds-tune plan" },
 		{ "{\"format\": \"ds-tune-plan\", \"version\": 1, \"actions\": "
