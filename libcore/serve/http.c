@@ -124,14 +124,17 @@ static enum MHD_Result queue(rctx *q, int status, struct MHD_Response *r)
 	return rc;
 }
 
-/* body: malloc'd, taken (NULL: out of memory, answered 500). */
-static enum MHD_Result reply(rctx *q, int status, const char *ctype, char *body)
+/* body: malloc'd, taken (NULL: out of memory, answered 500); hname: one
+ * more header, or NULL. */
+static enum MHD_Result reply_with(rctx *q, int status, const char *ctype,
+				  char *body, const char *hname, const char *hval)
 {
 	struct MHD_Response *r;
 
 	if (body == NULL) {
 		status = 500;
 		ctype = "application/json";
+		hname = NULL;
 		body = strdup("{\"error\":{\"message\":\"out of memory\","
 			      "\"type\":\"server_error\",\"param\":null,\"code\":null}}");
 		if (body == NULL)
@@ -144,7 +147,14 @@ static enum MHD_Result reply(rctx *q, int status, const char *ctype, char *body)
 		return MHD_NO;
 	}
 	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+	if (hname)
+		MHD_add_response_header(r, hname, hval);
 	return queue(q, status, r);
+}
+
+static enum MHD_Result reply(rctx *q, int status, const char *ctype, char *body)
+{
+	return reply_with(q, status, ctype, body, NULL, NULL);
 }
 
 static enum MHD_Result reply_json(rctx *q, int status, json_t *j)
@@ -155,29 +165,30 @@ static enum MHD_Result reply_json(rctx *q, int status, json_t *j)
 	return reply(q, status, "application/json", s);
 }
 
+/* The endpoints that take a body. */
+static int is_post(enum ds_ep ep)
+{
+	return ep == DS_EP_COMPLETIONS || ep == DS_EP_CHAT || ep == DS_EP_TOKENIZE ||
+	       ep == DS_EP_DETOKENIZE;
+}
+
 static enum MHD_Result reply_err(rctx *q, const ds_api_err *e)
 {
 	char *body = ds_api_error_json(e);
-	struct MHD_Response *r;
 
-	if (body == NULL)
-		return reply(q, 500, NULL, NULL);
-	r = MHD_create_response_from_buffer(strlen(body), body,
-					    MHD_RESPMEM_MUST_FREE);
-	if (r == NULL) {
-		free(body);
-		return MHD_NO;
+	switch (e->status) {
+	case 401:
+		return reply_with(q, 401, "application/json", body,
+				  MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+	case 405:
+		return reply_with(q, 405, "application/json", body,
+				  MHD_HTTP_HEADER_ALLOW,
+				  is_post(q->ep) ? "POST" : "GET, HEAD");
+	case 503:
+		return reply_with(q, 503, "application/json", body,
+				  MHD_HTTP_HEADER_RETRY_AFTER, "1");
 	}
-	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-	if (e->status == 503)
-		MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
-	if (e->status == 401)
-		MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
-	if (e->status == 405)
-		MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW,
-					q->ep <= DS_EP_CHAT || q->ep >= DS_EP_TOKENIZE
-					? "POST" : "GET, HEAD");
-	return queue(q, e->status, r);
+	return reply(q, e->status, "application/json", body);
 }
 
 static enum MHD_Result fail(rctx *q, int status, const char *code,
@@ -615,7 +626,7 @@ static enum MHD_Result dispatch(rctx *q)
 static enum MHD_Result early(rctx *q, const char *method)
 {
 	ds_srv *s = q->s;
-	int post = q->ep <= DS_EP_CHAT || q->ep >= DS_EP_TOKENIZE;
+	int post = is_post(q->ep);
 	const char *cl, *auth;
 	char *end;
 
