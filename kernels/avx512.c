@@ -227,97 +227,133 @@ AI void q_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
 	}
 }
 
-/* Decode: one activation row.  Four integer accumulators per block keep
- * the vpdpbusd dependency chains short. */
-static void q4_vec(const ds_mat *w, const uint8_t *rs, const ds_act *x,
-		   float *y, __mmask16 m)
+/* ---- decode: one activation row ----------------------------------------------
+ * Decode streams every weight from memory once, and a core reaches the
+ * read bandwidth only with enough of the stream in flight: four row-sets
+ * (four streams) at a time, each with a short software prefetch, and as
+ * few instructions per weight byte as possible (the ROB window then
+ * covers more bytes).  Hence the activation's 4 bytes enter vpdpbusd as an
+ * embedded {1to16} broadcast (one instruction, not two) and a q4 high
+ * nibble is masked in place (16 q, no shift) in a chain of its own, the
+ * factor 16 divided out exactly once per block.  The float operations are
+ * those of q_tile, so a row's result does not depend on the path. */
+
+#define PF_VEC 1024   /* bytes prefetched ahead in each of the streams */
+
+typedef struct { char b[4]; } b4;
+
+/* acc + the u8 x s8 dot products of w with the 4 bytes at p, broadcast */
+AI __m512i dp_bc(__m512i acc, __m512i w, const void *p)
 {
-	const size_t kp = w->kp, G = w->type.group, ng = kp / G;
-	const uint8_t *sc = rs + 8 * kp, *zp = sc + 32 * ng;
-	const __m512i m4 = _mm512_set1_epi8(15);
-	__m512 acc = _mm512_setzero_ps();
-	size_t g, k;
-
-	for (g = 0; g < ng; g++) {
-		__m512 s = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(sc + 32 * g)));
-		__m512 z = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
-			_mm_loadu_si128((const void *)(zp + 16 * g))));
-		__m512 A = _mm512_setzero_ps();
-		float S = 0;
-
-		for (k = g * G; k < (g + 1) * G; k += DS_QBLOCK) {
-			const uint8_t *wp = rs + 8 * k;
-			const int8_t *xq = x->q + k;
-			__m512i w0, w1;
-
-			/* decode streams from memory: keep PF_AHEAD bytes in flight */
-			_mm_prefetch((const char *)wp + PF_AHEAD, PF_HINT);
-			_mm_prefetch((const char *)wp + PF_AHEAD + 64, _MM_HINT_T0);
-			_mm_prefetch((const char *)wp + PF_AHEAD + 128, _MM_HINT_T0);
-			_mm_prefetch((const char *)wp + PF_AHEAD + 192, _MM_HINT_T0);
-			w0 = _mm512_loadu_si512(wp);
-			w1 = _mm512_loadu_si512(wp + 64);
-			__m512i w2 = _mm512_loadu_si512(wp + 128), w3 = _mm512_loadu_si512(wp + 192);
-			__m512i a0, a1, a2, a3;
-
-			a0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(w0, m4), bcast32(xq));
-			a1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
-				_mm512_and_si512(_mm512_srli_epi16(w0, 4), m4), bcast32(xq + 4));
-			a2 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(w1, m4), bcast32(xq + 8));
-			a3 = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
-				_mm512_and_si512(_mm512_srli_epi16(w1, 4), m4), bcast32(xq + 12));
-			a0 = _mm512_dpbusd_epi32(a0, _mm512_and_si512(w2, m4), bcast32(xq + 16));
-			a1 = _mm512_dpbusd_epi32(a1, _mm512_and_si512(_mm512_srli_epi16(w2, 4), m4),
-						 bcast32(xq + 20));
-			a2 = _mm512_dpbusd_epi32(a2, _mm512_and_si512(w3, m4), bcast32(xq + 24));
-			a3 = _mm512_dpbusd_epi32(a3, _mm512_and_si512(_mm512_srli_epi16(w3, 4), m4),
-						 bcast32(xq + 28));
-			a0 = _mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3));
-			A = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a0),
-					    _mm512_set1_ps(x->qd[k / DS_QBLOCK]), A);
-			S += x->qs[k / DS_QBLOCK];
-		}
-		acc = _mm512_fmadd_ps(s, _mm512_fnmadd_ps(z, _mm512_set1_ps(S), A), acc);
-	}
-	stm(y, m, acc);
+	__asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const b4 *)p));
+	return acc;
 }
 
-static void q8_vec(const ds_mat *w, const uint8_t *rs, const ds_act *x,
-		   float *y, __mmask16 m)
+/* One 32-block of R row-sets rsb bytes apart, at k (wp = row-set 0's
+ * weights of the block): A[r] += d * (exact integer dot product). */
+AI void vec_blk(const uint8_t *wp, size_t rsb, const int8_t *xq, const float *d,
+		__m512 *A, const int is4, const int R)
 {
-	const size_t kp = w->kp, G = w->type.group, ng = kp / G;
-	const uint8_t *sc = rs + 16 * kp;
-	__m512 acc = _mm512_setzero_ps();
-	size_t g, k;
-	int c;
+	const __m512i m0 = _mm512_set1_epi8(0x0f), m1 = _mm512_set1_epi8((char)0xf0);
+	__m512i l[4], h[4];
+	int c, r;
 
+#pragma GCC unroll 4
+	for (r = 0; r < R; r++) {
+		l[r] = h[r] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+		for (c = 0; c < 8; c++)
+			if (is4 == 0 || c < 4)
+				_mm_prefetch((const char *)wp + r * rsb + 64 * c + PF_VEC, _MM_HINT_T0);
+	}
+#pragma GCC unroll 8
+	for (c = 0; c < 8; c++)
+#pragma GCC unroll 4
+		for (r = 0; r < R; r++) {
+			__m512i v;
+
+			if (is4 && c >= 4)
+				continue;
+			v = _mm512_loadu_si512(wp + r * rsb + 64 * c);
+			if (is4) {
+				l[r] = dp_bc(l[r], _mm512_and_si512(v, m0), xq + 8 * c);
+				h[r] = dp_bc(h[r], _mm512_and_si512(v, m1), xq + 8 * c + 4);
+			} else if (c & 1) {
+				h[r] = dp_bc(h[r], v, xq + 4 * c);
+			} else {
+				l[r] = dp_bc(l[r], v, xq + 4 * c);
+			}
+		}
+#pragma GCC unroll 4
+	for (r = 0; r < R; r++) {
+		__m512i s = is4 ? _mm512_add_epi32(l[r], _mm512_srai_epi32(h[r], 4))
+				: _mm512_add_epi32(l[r], h[r]);
+
+		A[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(*d), A[r]);
+	}
+}
+
+/* R row-sets from rs (q4 or q8), y their 16 R outputs. */
+AI void q_vec(const ds_mat *w, const uint8_t *rs, const ds_act *x, float *y,
+	      const __mmask16 *m, const int is4, const int R)
+{
+	const size_t kp = w->kp, G = w->type.group, ng = kp / G, rsb = w->rs_bytes;
+	const uint8_t *sc = rs + (is4 ? 8 : 16) * kp, *zp = sc + 32 * ng;
+	__m512 acc[4], A[4];
+	size_t g, k;
+	int r;
+
+#pragma GCC unroll 4
+	for (r = 0; r < R; r++)
+		acc[r] = _mm512_setzero_ps();
 	for (g = 0; g < ng; g++) {
-		__m512 s = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(sc + 32 * g)));
-		__m512 A = _mm512_setzero_ps();
 		float S = 0;
 
+#pragma GCC unroll 4
+		for (r = 0; r < R; r++)
+			A[r] = _mm512_setzero_ps();
 		for (k = g * G; k < (g + 1) * G; k += DS_QBLOCK) {
-			const uint8_t *wp = rs + 16 * k;
-			const int8_t *xq = x->q + k;
-			__m512i a[4];
-
-			#pragma GCC unroll 8
-			for (c = 0; c < 4; c++)
-				a[c] = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
-					_mm512_loadu_si512(wp + 64 * c), bcast32(xq + 4 * c));
-			#pragma GCC unroll 8
-			for (c = 0; c < 4; c++)
-				a[c] = _mm512_dpbusd_epi32(a[c], _mm512_loadu_si512(wp + 256 + 64 * c),
-							   bcast32(xq + 16 + 4 * c));
-			a[0] = _mm512_add_epi32(_mm512_add_epi32(a[0], a[1]),
-						_mm512_add_epi32(a[2], a[3]));
-			A = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[0]),
-					    _mm512_set1_ps(x->qd[k / DS_QBLOCK]), A);
+			vec_blk(rs + (is4 ? 8 : 16) * k, rsb, x->q + k, x->qd + k / DS_QBLOCK, A, is4, R);
 			S += x->qs[k / DS_QBLOCK];
 		}
-		acc = _mm512_fmadd_ps(s, _mm512_fnmadd_ps(_mm512_set1_ps(128.0f), _mm512_set1_ps(S), A), acc);
+#pragma GCC unroll 4
+		for (r = 0; r < R; r++) {
+			__m512 s = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(sc + r * rsb + 32 * g)));
+			__m512 z = is4 ? _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(
+					 (const void *)(zp + r * rsb + 16 * g))))
+				       : _mm512_set1_ps(128.0f);
+
+			acc[r] = _mm512_fmadd_ps(s, _mm512_fnmadd_ps(z, _mm512_set1_ps(S), A[r]), acc[r]);
+		}
 	}
-	stm(y, m, acc);
+#pragma GCC unroll 4
+	for (r = 0; r < R; r++)
+		stm(y + DS_ROWSET * r, m[r], acc[r]);
+}
+
+/* Row-sets rs0 .. rs1-1 for one activation row: four at a time, then the
+ * last two or one. */
+AI void q_vecs(const ds_mat *w, const ds_act *x, float *y, size_t rs0,
+	       size_t rs1, const int is4)
+{
+	size_t rs = rs0;
+	__mmask16 m[4];
+	int r;
+
+	while (rs < rs1) {
+		const uint8_t *p = w->data + rs * w->rs_bytes;
+		size_t left = rs1 - rs;
+
+		for (r = 0; r < 4; r++)
+			m[r] = rs + r < rs1 ? row_mask(w, rs + r) : 0;
+		if (left >= 4)
+			q_vec(w, p, x, y + rs * DS_ROWSET, m, is4, 4);
+		else if (left >= 2)
+			q_vec(w, p, x, y + rs * DS_ROWSET, m, is4, 2);
+		else
+			q_vec(w, p, x, y + rs * DS_ROWSET, m, is4, 1);
+		rs += left >= 4 ? 4 : left >= 2 ? 2 : 1;
+	}
 }
 
 /* Row-sets in pairs while there are two, activation rows in tiles. */
@@ -326,20 +362,15 @@ AI void q_mm(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
 {
 	size_t rs, t;
 
+	if (x->t == 1) {
+		q_vecs(w, x, y, rs0, rs1, is4);
+		return;
+	}
 	for (rs = rs0; rs < rs1; rs++) {
 		const uint8_t *p = w->data + rs * w->rs_bytes;
 		float *yr = y + rs * DS_ROWSET;
 		__mmask16 m = row_mask(w, rs);
 
-		/* one row: pairs of row-sets too (two streams in flight), the
-		 * last odd one alone */
-		if (x->t == 1 && rs + 1 >= rs1) {
-			if (is4)
-				q4_vec(w, p, x, yr, m);
-			else
-				q8_vec(w, p, x, yr, m);
-			continue;
-		}
 		if (rs + 1 < rs1) {
 			__mmask16 m1 = row_mask(w, rs + 1);
 
