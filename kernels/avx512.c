@@ -293,11 +293,13 @@ AI void vec_blk(const uint8_t *wp, size_t rsb, const int8_t *xq, const float *d,
 	}
 }
 
-/* R row-sets from rs (q4 or q8), y their 16 R outputs. */
+/* R row-sets from rs (q4 or q8), y their 16 R outputs; GC the group size
+ * when it is a compile-time constant (0: w's). */
 AI void q_vec(const ds_mat *w, const uint8_t *rs, const ds_act *x, float *y,
-	      const __mmask16 *m, const int is4, const int R)
+	      const __mmask16 *m, const int is4, const int R, const int GC)
 {
-	const size_t kp = w->kp, G = w->type.group, ng = kp / G, rsb = w->rs_bytes;
+	const size_t kp = w->kp, G = GC ? (size_t)GC : w->type.group, ng = kp / G;
+	const size_t rsb = w->rs_bytes;
 	const uint8_t *sc = rs + (is4 ? 8 : 16) * kp, *zp = sc + 32 * ng;
 	__m512 acc[4], A[4];
 	size_t g, k;
@@ -312,6 +314,7 @@ AI void q_vec(const ds_mat *w, const uint8_t *rs, const ds_act *x, float *y,
 #pragma GCC unroll 4
 		for (r = 0; r < R; r++)
 			A[r] = _mm512_setzero_ps();
+#pragma GCC unroll 4
 		for (k = g * G; k < (g + 1) * G; k += DS_QBLOCK) {
 			vec_blk(rs + (is4 ? 8 : 16) * k, rsb, x->q + k, x->qd + k / DS_QBLOCK, A, is4, R);
 			S += x->qs[k / DS_QBLOCK];
@@ -346,12 +349,22 @@ AI void q_vecs(const ds_mat *w, const ds_act *x, float *y, size_t rs0,
 
 		for (r = 0; r < 4; r++)
 			m[r] = rs + r < rs1 ? row_mask(w, rs + r) : 0;
+#define VEC(R, GC) q_vec(w, p, x, y + rs * DS_ROWSET, m, is4, R, GC)
+#define VEC_G(R)							\
+		switch (w->type.group) {				\
+		case 32: VEC(R, 32); break;				\
+		case 64: VEC(R, 64); break;				\
+		case 128: VEC(R, 128); break;				\
+		default: VEC(R, 0); break;				\
+		}
 		if (left >= 4)
-			q_vec(w, p, x, y + rs * DS_ROWSET, m, is4, 4);
+			VEC_G(4)
 		else if (left >= 2)
-			q_vec(w, p, x, y + rs * DS_ROWSET, m, is4, 2);
+			VEC_G(2)
 		else
-			q_vec(w, p, x, y + rs * DS_ROWSET, m, is4, 1);
+			VEC_G(1)
+#undef VEC_G
+#undef VEC
 		rs += left >= 4 ? 4 : left >= 2 ? 2 : 1;
 	}
 }

@@ -403,6 +403,9 @@ static void test_mm_large(void)
 	for (ti = 0; ti < N_MM_TYPES; ti++) {
 		check_mm(mm_types[ti], 33, 256, 512, 0, worst);
 		check_mm(mm_types[ti], 64, 4096, 1, 0, worst);
+		/* one row over 13 row-sets, split 6 + 7: the decode kernels'
+		 * four-, two- and one-row-set paths, k not a multiple of G */
+		check_mm(mm_types[ti], 200, 1000, 1, 0, worst);
 		check_mm(mm_types[ti], 20, 1000, 7, 0, worst);
 	}
 	printf("# worst |isa - scalar| / budget %.3g, |scalar - ref| / bound %.3g\n",
@@ -420,6 +423,7 @@ static void test_mm_exact(void)
 
 		check_mm(mm_types[ti], 35, k, 3, 1, worst);
 		check_mm(mm_types[ti], 16, k - 32 + 5, 1, 1, worst);
+		check_mm(mm_types[ti], 200, k - 32 + 5, 1, 1, worst);
 		check_mm(mm_types[ti], 7, 64, 9, 1, worst);
 	}
 }
