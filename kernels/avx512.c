@@ -334,10 +334,29 @@ AI void q_vec(const ds_mat *w, const uint8_t *rs, const ds_act *x, float *y,
 		stm(y + DS_ROWSET * r, m[r], acc[r]);
 }
 
+AI void bf16_vec(const ds_mat *w, const uint8_t *rs, const ds_act *x, float *y,
+		 const __mmask16 *m, const int R);
+
+/* R row-sets from p for one activation row: kind 0 q8, 1 q4, 2 bf16. */
+AI void vec_call(const ds_mat *w, const uint8_t *p, const ds_act *x, float *y,
+		 const __mmask16 *m, const int kind, const int R)
+{
+	if (kind == 2) {
+		bf16_vec(w, p, x, y, m, R);
+		return;
+	}
+	switch (w->type.group) {
+	case 32: q_vec(w, p, x, y, m, kind, R, 32); break;
+	case 64: q_vec(w, p, x, y, m, kind, R, 64); break;
+	case 128: q_vec(w, p, x, y, m, kind, R, 128); break;
+	default: q_vec(w, p, x, y, m, kind, R, 0); break;
+	}
+}
+
 /* Row-sets rs0 .. rs1-1 for one activation row: four at a time, then the
  * last two or one. */
-AI void q_vecs(const ds_mat *w, const ds_act *x, float *y, size_t rs0,
-	       size_t rs1, const int is4)
+AI void vecs(const ds_mat *w, const ds_act *x, float *y, size_t rs0,
+	     size_t rs1, const int kind)
 {
 	size_t rs = rs0;
 	__mmask16 m[4];
@@ -349,22 +368,12 @@ AI void q_vecs(const ds_mat *w, const ds_act *x, float *y, size_t rs0,
 
 		for (r = 0; r < 4; r++)
 			m[r] = rs + r < rs1 ? row_mask(w, rs + r) : 0;
-#define VEC(R, GC) q_vec(w, p, x, y + rs * DS_ROWSET, m, is4, R, GC)
-#define VEC_G(R)							\
-		switch (w->type.group) {				\
-		case 32: VEC(R, 32); break;				\
-		case 64: VEC(R, 64); break;				\
-		case 128: VEC(R, 128); break;				\
-		default: VEC(R, 0); break;				\
-		}
 		if (left >= 4)
-			VEC_G(4)
+			vec_call(w, p, x, y + rs * DS_ROWSET, m, kind, 4);
 		else if (left >= 2)
-			VEC_G(2)
+			vec_call(w, p, x, y + rs * DS_ROWSET, m, kind, 2);
 		else
-			VEC_G(1)
-#undef VEC_G
-#undef VEC
+			vec_call(w, p, x, y + rs * DS_ROWSET, m, kind, 1);
 		rs += left >= 4 ? 4 : left >= 2 ? 2 : 1;
 	}
 }
@@ -376,7 +385,7 @@ AI void q_mm(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
 	size_t rs, t;
 
 	if (x->t == 1) {
-		q_vecs(w, x, y, rs0, rs1, is4);
+		vecs(w, x, y, rs0, rs1, is4);
 		return;
 	}
 	for (rs = rs0; rs < rs1; rs++) {
@@ -455,11 +464,47 @@ AI void bf16_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x,
 		stm(y + (t0 + t) * ldy, m, _mm512_add_ps(a0[t], a1[t]));
 }
 
+AI __m512 dpbf16_bc(__m512 acc, __m512i w, const void *p)
+{
+	__asm__("vdpbf16ps %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const b4 *)p));
+	return acc;
+}
+
+/* Decode (see q_vec): R row-sets, R streams, the operations of bf16_tile. */
+AI void bf16_vec(const ds_mat *w, const uint8_t *rs, const ds_act *x, float *y,
+		 const __mmask16 *m, const int R)
+{
+	const size_t rsb = w->rs_bytes;
+	__m512 a0[4], a1[4];
+	size_t c;
+	int r;
+
+#pragma GCC unroll 4
+	for (r = 0; r < R; r++)
+		a0[r] = a1[r] = _mm512_setzero_ps();
+	for (c = 0; c < w->kp / 2; c += 2) {
+		const uint16_t *xb = x->b + 2 * c;
+
+#pragma GCC unroll 4
+		for (r = 0; r < R; r++) {
+			a0[r] = dpbf16_bc(a0[r], _mm512_loadu_si512(rs + r * rsb + 64 * c), xb);
+			a1[r] = dpbf16_bc(a1[r], _mm512_loadu_si512(rs + r * rsb + 64 * c + 64), xb + 2);
+		}
+	}
+#pragma GCC unroll 4
+	for (r = 0; r < R; r++)
+		stm(y + DS_ROWSET * r, m[r], _mm512_add_ps(a0[r], a1[r]));
+}
+
 static void mm_bf16(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
 		    size_t rs0, size_t rs1)
 {
 	size_t rs, t;
 
+	if (x->t == 1) {
+		vecs(w, x, y, rs0, rs1, 2);
+		return;
+	}
 	for (rs = rs0; rs < rs1; rs++) {
 		const uint8_t *p = w->data + rs * w->rs_bytes;
 		float *yr = y + rs * DS_ROWSET;
