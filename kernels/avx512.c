@@ -295,11 +295,11 @@ AI void vec_blk(const uint8_t *wp, size_t rsb, const int8_t *xq, const float *d,
 
 /* R row-sets from rs (q4 or q8), y their 16 R outputs; GC the group size
  * when it is a compile-time constant (0: w's). */
-AI void q_vec(const ds_mat *w, const uint8_t *rs, const ds_act *x, float *y,
-	      const __mmask16 *m, const int is4, const int R, const int GC)
+AI void q_vec(const ds_mat *w, const uint8_t *rs, size_t sets, const ds_act *x,
+	      float *y, const __mmask16 *m, const int is4, const int R, const int GC)
 {
 	const size_t kp = w->kp, G = GC ? (size_t)GC : w->type.group, ng = kp / G;
-	const size_t rsb = w->rs_bytes;
+	const size_t rsb = sets * w->rs_bytes;
 	const uint8_t *sc = rs + (is4 ? 8 : 16) * kp, *zp = sc + 32 * ng;
 	__m512 acc[4], A[4];
 	size_t g, k;
@@ -331,50 +331,52 @@ AI void q_vec(const ds_mat *w, const uint8_t *rs, const ds_act *x, float *y,
 	}
 #pragma GCC unroll 4
 	for (r = 0; r < R; r++)
-		stm(y + DS_ROWSET * r, m[r], acc[r]);
+		stm(y + DS_ROWSET * sets * r, m[r], acc[r]);
 }
 
-AI void bf16_vec(const ds_mat *w, const uint8_t *rs, const ds_act *x, float *y,
-		 const __mmask16 *m, const int R);
+AI void bf16_vec(const ds_mat *w, const uint8_t *rs, size_t sets, const ds_act *x,
+		 float *y, const __mmask16 *m, const int R);
 
-/* R row-sets from p for one activation row: kind 0 q8, 1 q4, 2 bf16. */
-AI void vec_call(const ds_mat *w, const uint8_t *p, const ds_act *x, float *y,
-		 const __mmask16 *m, const int kind, const int R)
+/* R row-sets for one activation row, the first at row-set rs, the others
+ * `sets` row-sets apart: kind 0 q8, 1 q4, 2 bf16. */
+AI void vec_call(const ds_mat *w, size_t rs, size_t sets, const ds_act *x,
+		 float *y, const int kind, const int R)
 {
-	if (kind == 2) {
-		bf16_vec(w, p, x, y, m, R);
-		return;
-	}
-	switch (w->type.group) {
-	case 32: q_vec(w, p, x, y, m, kind, R, 32); break;
-	case 64: q_vec(w, p, x, y, m, kind, R, 64); break;
-	case 128: q_vec(w, p, x, y, m, kind, R, 128); break;
-	default: q_vec(w, p, x, y, m, kind, R, 0); break;
-	}
-}
-
-/* Row-sets rs0 .. rs1-1 for one activation row: four at a time, then the
- * last two or one. */
-AI void vecs(const ds_mat *w, const ds_act *x, float *y, size_t rs0,
-	     size_t rs1, const int kind)
-{
-	size_t rs = rs0;
+	const uint8_t *p = w->data + rs * w->rs_bytes;
 	__mmask16 m[4];
 	int r;
 
-	while (rs < rs1) {
-		const uint8_t *p = w->data + rs * w->rs_bytes;
-		size_t left = rs1 - rs;
+	y += rs * DS_ROWSET;
+	for (r = 0; r < R; r++)
+		m[r] = row_mask(w, rs + r * sets);
+	if (kind == 2) {
+		bf16_vec(w, p, sets, x, y, m, R);
+		return;
+	}
+	switch (w->type.group) {
+	case 32: q_vec(w, p, sets, x, y, m, kind, R, 32); break;
+	case 64: q_vec(w, p, sets, x, y, m, kind, R, 64); break;
+	case 128: q_vec(w, p, sets, x, y, m, kind, R, 128); break;
+	default: q_vec(w, p, sets, x, y, m, kind, R, 0); break;
+	}
+}
 
-		for (r = 0; r < 4; r++)
-			m[r] = rs + r < rs1 ? row_mask(w, rs + r) : 0;
-		if (left >= 4)
-			vec_call(w, p, x, y + rs * DS_ROWSET, m, kind, 4);
-		else if (left >= 2)
-			vec_call(w, p, x, y + rs * DS_ROWSET, m, kind, 2);
+/* Row-sets rs0 .. rs1-1 for one activation row, as four streams: the
+ * range in quarters, each walked in address order (a stream continues
+ * where the hardware prefetcher already is), then the last 0-3 row-sets
+ * two or one at a time. */
+AI void vecs(const ds_mat *w, const ds_act *x, float *y, size_t rs0,
+	     size_t rs1, const int kind)
+{
+	size_t q = (rs1 - rs0) / 4, rs;
+
+	for (rs = rs0; rs < rs0 + q; rs++)
+		vec_call(w, rs, q, x, y, kind, 4);
+	for (rs = rs0 + 4 * q; rs < rs1; rs += rs1 - rs >= 2 ? 2 : 1) {
+		if (rs1 - rs >= 2)
+			vec_call(w, rs, 1, x, y, kind, 2);
 		else
-			vec_call(w, p, x, y + rs * DS_ROWSET, m, kind, 1);
-		rs += left >= 4 ? 4 : left >= 2 ? 2 : 1;
+			vec_call(w, rs, 1, x, y, kind, 1);
 	}
 }
 
@@ -471,10 +473,10 @@ AI __m512 dpbf16_bc(__m512 acc, __m512i w, const void *p)
 }
 
 /* Decode (see q_vec): R row-sets, R streams, the operations of bf16_tile. */
-AI void bf16_vec(const ds_mat *w, const uint8_t *rs, const ds_act *x, float *y,
-		 const __mmask16 *m, const int R)
+AI void bf16_vec(const ds_mat *w, const uint8_t *rs, size_t sets, const ds_act *x,
+		 float *y, const __mmask16 *m, const int R)
 {
-	const size_t rsb = w->rs_bytes;
+	const size_t rsb = sets * w->rs_bytes;
 	__m512 a0[4], a1[4];
 	size_t c;
 	int r;
@@ -493,7 +495,7 @@ AI void bf16_vec(const ds_mat *w, const uint8_t *rs, const ds_act *x, float *y,
 	}
 #pragma GCC unroll 4
 	for (r = 0; r < R; r++)
-		stm(y + DS_ROWSET * r, m[r], _mm512_add_ps(a0[r], a1[r]));
+		stm(y + DS_ROWSET * sets * r, m[r], _mm512_add_ps(a0[r], a1[r]));
 }
 
 static void mm_bf16(const ds_mat *w, const ds_act *x, float *y, size_t ldy,

@@ -118,11 +118,124 @@ AI void q_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
 			_mm256_maskstore_ps(y + (t0 + t) * ldy + 8 * h, rm[h], acc[t][h]);
 }
 
+/* ---- decode: one activation row ----------------------------------------
+ * As avx512.c's q_vec: the weights stream from memory, and a core reaches
+ * the read bandwidth only with more than one stream in flight.  Two
+ * row-sets at a time (the 16 registers hold no more), `sets` row-sets
+ * apart, each with a short software prefetch; the operations per row
+ * are q_tile's, so the result does not depend on the path. */
+
+#define Q_PF 1024     /* bytes prefetched ahead in each stream */
+
+AI void q_vec(const ds_mat *w, size_t rs0, size_t sets, const ds_act *x,
+	      float *y, const int is4, const int R)
+{
+	const size_t kp = w->kp, G = w->type.group, ng = kp / G;
+	const size_t rsb = sets * w->rs_bytes, wb = is4 ? 8 : 16;
+	const uint8_t *rs = w->data + rs0 * w->rs_bytes;
+	const uint8_t *sc = rs + wb * kp, *zp = sc + 32 * ng;
+	const __m256i m4 = _mm256_set1_epi8(15);
+	__m256 acc[2][2], A[2][2];
+	size_t g, k;
+	int c, r, h;
+
+	#pragma GCC unroll 2
+	for (r = 0; r < R; r++)
+		acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+	for (g = 0; g < ng; g++) {
+		float S = 0;
+
+		#pragma GCC unroll 2
+		for (r = 0; r < R; r++)
+			A[r][0] = A[r][1] = _mm256_setzero_ps();
+		for (k = g * G; k < (g + 1) * G; k += DS_QBLOCK) {
+			const int8_t *xq = x->q + k;
+			__m256i d[2][2];
+
+			#pragma GCC unroll 2
+			for (r = 0; r < R; r++) {
+				d[r][0] = d[r][1] = _mm256_setzero_si256();
+				#pragma GCC unroll 8
+				for (c = 0; c < 8; c++)
+					if (!is4 || c < 4)
+						_mm_prefetch((const char *)rs + r * rsb + wb * k + 64 * c + Q_PF,
+							     _MM_HINT_T0);
+			}
+			#pragma GCC unroll 8
+			for (c = 0; c < 8; c++) {
+				__m256i b0, b1;
+
+				if (is4 && c >= 4)
+					continue;
+				b0 = q_bcast32(xq + (is4 ? 8 : 4) * c);
+				b1 = is4 ? q_bcast32(xq + 8 * c + 4) : b0;
+				#pragma GCC unroll 2
+				for (r = 0; r < R; r++)
+					#pragma GCC unroll 2
+					for (h = 0; h < 2; h++) {
+						__m256i wv = _mm256_loadu_si256((const void *)
+							(rs + r * rsb + wb * k + 64 * c + 32 * h));
+
+						if (is4) {
+							d[r][h] = QDOT(d[r][h], _mm256_and_si256(wv, m4), b0);
+							d[r][h] = QDOT(d[r][h], _mm256_and_si256(
+								_mm256_srli_epi16(wv, 4), m4), b1);
+						} else {
+							d[r][h] = Q8DOT(d[r][h], wv, b0);
+						}
+					}
+			}
+			#pragma GCC unroll 2
+			for (r = 0; r < R; r++)
+				#pragma GCC unroll 2
+				for (h = 0; h < 2; h++)
+					A[r][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d[r][h]),
+						_mm256_set1_ps(x->qd[k / DS_QBLOCK]), A[r][h]);
+			S += x->qs[k / DS_QBLOCK];
+		}
+		#pragma GCC unroll 2
+		for (r = 0; r < R; r++)
+			#pragma GCC unroll 2
+			for (h = 0; h < 2; h++) {
+				__m256 s = _mm256_cvtph_ps(_mm_loadu_si128((const void *)
+					(sc + r * rsb + 32 * g + 16 * h)));
+				__m256 z = is4 ? q_zero8(zp + r * rsb + 16 * g + 8 * h)
+					       : _mm256_set1_ps(Q8_BIAS);
+
+				acc[r][h] = _mm256_fmadd_ps(s, _mm256_fnmadd_ps(z, _mm256_set1_ps(S),
+										A[r][h]), acc[r][h]);
+			}
+	}
+	#pragma GCC unroll 2
+	for (r = 0; r < R; r++)
+		#pragma GCC unroll 2
+		for (h = 0; h < 2; h++)
+			_mm256_maskstore_ps(y + (rs0 + r * sets) * DS_ROWSET + 8 * h,
+					    q_rowmask(w, rs0 + r * sets, h), acc[r][h]);
+}
+
+/* Row-sets rs0 .. rs1-1 for one row: the range in halves, each walked in
+ * address order, then the odd one. */
+AI void q_vecs(const ds_mat *w, const ds_act *x, float *y, size_t rs0,
+	       size_t rs1, const int is4)
+{
+	size_t half = (rs1 - rs0) / 2, rs;
+
+	for (rs = rs0; rs < rs0 + half; rs++)
+		q_vec(w, rs, half, x, y, is4, 2);
+	if (rs0 + 2 * half < rs1)
+		q_vec(w, rs1 - 1, 1, x, y, is4, 1);
+}
+
 AI void q_mm(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
 	     size_t rs0, size_t rs1, const int is4)
 {
 	size_t rs, t;
 
+	if (x->t == 1) {
+		q_vecs(w, x, y, rs0, rs1, is4);
+		return;
+	}
 	for (rs = rs0; rs < rs1; rs++) {
 		const uint8_t *p = w->data + rs * w->rs_bytes;
 		__m256i rm[2] = { q_rowmask(w, rs, 0), q_rowmask(w, rs, 1) };
