@@ -263,7 +263,7 @@ static int da_grow(struct trie_out *o, uint64_t need, uint64_t *cap)
 }
 
 static int build_trie(const struct tb_builder *b, uint32_t want,
-		      struct trie_out *o)
+		      uint32_t skip, struct trie_out *o)
 {
 	uint64_t total = 1, cap = 0;
 	struct tnode *nd;
@@ -272,7 +272,7 @@ static int build_trie(const struct tb_builder *b, uint32_t want,
 
 	memset(o, 0, sizeof *o);
 	for (uint32_t i = 0; i < b->n_tok; i++)
-		if (b->tok[i].attr & want)
+		if ((b->tok[i].attr & want) && !(b->tok[i].attr & skip))
 			total += b->tok[i].text_len;
 	if (total > UINT32_MAX / 64)
 		return -1;
@@ -285,7 +285,7 @@ static int build_trie(const struct tb_builder *b, uint32_t want,
 	for (uint32_t i = 0; i < b->n_tok; i++) {
 		const struct tb_token *t = &b->tok[i];
 
-		if ((t->attr & want) && t->text_len > 0)
+		if ((t->attr & want) && !(t->attr & skip) && t->text_len > 0)
 			tree_add(nd, &nn, b->pool.p + t->text_off, t->text_len,
 				 (int32_t)i);
 	}
@@ -392,9 +392,12 @@ int tb_finish(struct tb_builder *b, uint8_t **out, size_t *len, ds_err *err)
 	eh = build_token_hash(b, 1, &ne);
 	if (b->model == TB_HF_BPE)
 		mg = build_merges(b, &nm);
-	bad = build_trie(b, TA_ADDED, &added);
+	bad = build_trie(b, TA_ADDED, 0, &added);
+	/* (CONTROL and UNKNOWN pieces are added tokens when a config names
+	 * them special; the lattice never uses them) */
 	bad |= build_trie(b, b->model == TB_SP_UNIGRAM ? (TA_NORMAL | TA_ADDED |
-					    TA_UNUSED) : 0, &uni);
+					    TA_UNUSED) : 0,
+			  TA_CONTROL | TA_UNKNOWN, &uni);
 	if (ph == NULL || eh == NULL || (b->model == TB_HF_BPE && mg == NULL) ||
 	    bad) {
 		ds_errf(err, "out of memory building the tokenizer tables");
