@@ -26,7 +26,7 @@ report() {
 		say "failed" >&2
 		exit 1
 	fi
-	grep 'tokens/s' "$tmp/err" | sed 's/^ds-run: /demo: ds-run: /'
+	grep 'tokens/s' "$tmp/err" | sed 's/^ds-run: /demo: ds-run --verbose: /'
 }
 
 say "the demo model: $src (deepseek_v2, 7.3M parameters, trained on Jane" \
@@ -44,12 +44,12 @@ if [ "$mode" = --chat ]; then
 	for q in "What do you think of Mr. Darcy?" \
 		"Shall we walk to Meryton this morning?" \
 		"Are you fond of dancing?"; do
-		printf 'User: %s\n\nAssistant: ' "$q"
+		printf 'User: %s\nAssistant: ' "$q"
 		rc=0
 		# shellcheck disable=SC2086
 		"$bin/ds-run" -m "$m" $opts -p "$q" --verbose 2>"$tmp/err" || rc=$?
-		echo
 		report "$rc"
+		echo
 	done
 	exit 0
 fi
