@@ -506,13 +506,9 @@ static int check_ops(ds_tok *t, const struct tb_op *ops, uint32_t n,
 	return 0;
 }
 
-int tb_open(ds_tok *t, ds_err *err)
+static int check_header(const ds_tok *t, const struct tb_header *h,
+			ds_err *err)
 {
-	const struct tb_header *h = (const void *)t->base;
-	const struct tb_sect *st;
-	const void *p;
-	uint32_t n, seen = 0;
-
 	if (t->size < sizeof *h || memcmp(h->magic, TB_MAGIC, 8) != 0)
 		return ds_errf(err, "%s: not a ds tokenizer.bin (bad magic)",
 			       t->name);
@@ -525,136 +521,150 @@ int tb_open(ds_tok *t, ds_err *err)
 			       "%zu", t->name, (unsigned long long)h->file_size,
 			       t->size);
 	if (h->n_sect > TS_NKIND ||
-	    sizeof *h + (uint64_t)h->n_sect * sizeof *st > t->size)
+	    sizeof *h + (uint64_t)h->n_sect * sizeof(struct tb_sect) > t->size)
 		return ds_errf(err, "%s: %u sections", t->name, h->n_sect);
 	if (h->model < TB_HF_BPE || h->model > TB_SP_UNIGRAM ||
 	    h->n_vocab == 0 || h->n_vocab > TB_MAX_VOCAB)
 		return ds_errf(err, "%s: model %u with %u tokens", t->name,
 			       h->model, h->n_vocab);
-	t->h = h;
-	st = (const void *)(t->base + sizeof *h);
-	for (uint32_t i = 0; i < h->n_sect; i++) {
-		const struct tb_sect *s = &st[i];
-		int rc = 0;
-
-		if (s->kind == 0 || s->kind >= TS_NKIND || (seen >> s->kind & 1))
-			return ds_errf(err, "%s: section %u: kind %u unknown or "
-				       "repeated", t->name, i, s->kind);
-		seen |= 1u << s->kind;
-		switch (s->kind) {
-		case TS_POOL:
-			rc = sect(t, s, 1, 0, &p, &n, err);
-			t->pool = p;
-			t->pool_len = n;
-			break;
-		case TS_TOKENS:
-			rc = sect(t, s, sizeof *t->tok, 0, &p, &n, err);
-			t->tok = p;
-			if (rc == 0 && n != h->n_vocab)
-				rc = ds_errf(err, "%s: %u token entries for a "
-					     "vocabulary of %u", t->name, n,
-					     h->n_vocab);
-			break;
-		case TS_PIECE_HASH:
-			rc = sect(t, s, 4, 1, &p, &n, err);
-			t->piece_hash = p;
-			t->piece_mask = n - 1;
-			break;
-		case TS_ENC_HASH:
-			rc = sect(t, s, 4, 1, &p, &n, err);
-			t->enc_hash = p;
-			t->enc_mask = n - 1;
-			break;
-		case TS_MERGES:
-			rc = sect(t, s, sizeof *t->merges, 1, &p, &n, err);
-			t->merges = p;
-			t->merge_mask = n - 1;
-			break;
-		case TS_BYTE_IDS:
-			rc = sect(t, s, 4, 0, &p, &n, err);
-			t->byte_ids = p;
-			if (rc == 0 && n != 256)
-				rc = ds_errf(err, "%s: %u byte ids", t->name, n);
-			break;
-		case TS_ADDED_DA:
-			rc = sect(t, s, sizeof *t->added, 0, &p, &n, err);
-			t->added = p;
-			t->n_added = n;
-			break;
-		case TS_UNI_DA:
-			rc = sect(t, s, sizeof *t->uni, 0, &p, &n, err);
-			t->uni = p;
-			t->n_uni = n;
-			break;
-		case TS_CHARSMAP:
-			rc = sect(t, s, 1, 0, &p, &n, err);
-			t->charsmap = p;
-			t->charsmap_len = n;
-			break;
-		case TS_NORM:
-			rc = sect(t, s, sizeof *t->norm, 0, &p, &n, err);
-			t->norm = p;
-			t->n_norm = n;
-			break;
-		case TS_PRETOK:
-			rc = sect(t, s, sizeof *t->pretok, 0, &p, &n, err);
-			t->pretok = p;
-			t->n_pretok = n;
-			break;
-		case TS_ADDED_INFO: {
-			const struct tb_added_info *ai;
-
-			rc = sect(t, s, sizeof *ai, 0, &p, &n, err);
-			ai = p;
-			if (rc == 0 && n != 1)
-				rc = ds_errf(err, "%s: %u added-token infos",
-					     t->name, n);
-			if (rc == 0) {
-				t->max_added_len = ai->max_len;
-				t->has_norm_added = ai->has_norm != 0;
-				t->first_raw = ai->first_raw;
-				t->first_norm = ai->first_norm;
-			}
-			break;
-		}
-		}
-		if (rc != 0)
-			return -1;
-	}
-	{
-		uint32_t need = 1u << TS_POOL | 1u << TS_TOKENS |
-				1u << TS_PIECE_HASH | 1u << TS_ENC_HASH |
-				1u << TS_BYTE_IDS | 1u << TS_ADDED_DA | 1u << TS_NORM |
-				1u << TS_PRETOK | 1u << TS_ADDED_INFO;
-
-		if (h->model == TB_HF_BPE)
-			need |= 1u << TS_MERGES;
-		if (h->model == TB_SP_UNIGRAM)
-			need |= 1u << TS_UNI_DA;
-		if ((seen & need) != need)
-			return ds_errf(err, "%s: sections missing (have %#x, "
-				       "need %#x)", t->name, seen, need);
-	}
-	if (check_ops(t, t->norm, t->n_norm, "normalizer", err) != 0 ||
-	    check_ops(t, t->pretok, t->n_pretok, "pre-tokenizer", err) != 0)
-		return -1;
-	for (int i = 0; i < 256; i++)
-		if (t->byte_ids[i] < -1 || t->byte_ids[i] >= (int32_t)h->n_vocab)
-			return ds_errf(err, "%s: byte %d: token %d outside the "
-				       "vocabulary", t->name, i, t->byte_ids[i]);
-	{
-		const int32_t ids[5] = { h->bos, h->eos, h->eot, h->unk, h->pad };
-
-		for (int i = 0; i < 5; i++)
-			if (ids[i] < -1 || ids[i] >= (int32_t)h->n_vocab)
-				return ds_errf(err, "%s: special token id %d "
-					       "outside the vocabulary",
-					       t->name, ids[i]);
-	}
 	if (memchr(h->chat, '\0', sizeof h->chat) == NULL ||
 	    memchr(h->pcre_unicode, '\0', sizeof h->pcre_unicode) == NULL)
 		return ds_errf(err, "%s: chat template name not terminated",
 			       t->name);
+	return 0;
+}
+
+/* Each section kind: its entry size and whether its count is a power
+ * of 2 (hash tables, probed with a mask). */
+static const struct {
+	uint16_t elem;
+	uint8_t pow2;
+} sect_rule[TS_NKIND] = {
+	[TS_POOL] = { 1, 0 },
+	[TS_TOKENS] = { sizeof(struct tb_token), 0 },
+	[TS_PIECE_HASH] = { 4, 1 },
+	[TS_ENC_HASH] = { 4, 1 },
+	[TS_MERGES] = { sizeof(struct tb_merge), 1 },
+	[TS_BYTE_IDS] = { 4, 0 },
+	[TS_ADDED_DA] = { sizeof(struct tb_da), 0 },
+	[TS_UNI_DA] = { sizeof(struct tb_da), 0 },
+	[TS_CHARSMAP] = { 1, 0 },
+	[TS_NORM] = { sizeof(struct tb_op), 0 },
+	[TS_PRETOK] = { sizeof(struct tb_op), 0 },
+	[TS_ADDED_INFO] = { sizeof(struct tb_added_info), 0 },
+};
+
+/* Point the tokenizer's table for section kind K at P, N entries. */
+static void bind_sect(ds_tok *t, uint32_t k, const void *p, uint32_t n)
+{
+	const struct tb_added_info *ai = p;
+
+	switch (k) {
+	case TS_POOL: t->pool = p; t->pool_len = n; break;
+	case TS_TOKENS: t->tok = p; break;
+	case TS_PIECE_HASH: t->piece_hash = p; t->piece_mask = n - 1; break;
+	case TS_ENC_HASH: t->enc_hash = p; t->enc_mask = n - 1; break;
+	case TS_MERGES: t->merges = p; t->merge_mask = n - 1; break;
+	case TS_BYTE_IDS: t->byte_ids = p; break;
+	case TS_ADDED_DA: t->added = p; t->n_added = n; break;
+	case TS_UNI_DA: t->uni = p; t->n_uni = n; break;
+	case TS_CHARSMAP: t->charsmap = p; t->charsmap_len = n; break;
+	case TS_NORM: t->norm = p; t->n_norm = n; break;
+	case TS_PRETOK: t->pretok = p; t->n_pretok = n; break;
+	case TS_ADDED_INFO:
+		t->max_added_len = ai->max_len;
+		t->has_norm_added = ai->has_norm != 0;
+		t->first_raw = ai->first_raw;
+		t->first_norm = ai->first_norm;
+		break;
+	}
+}
+
+/* The entry counts a section kind must have, where it is fixed. */
+static int check_count(const ds_tok *t, uint32_t k, uint32_t n, ds_err *err)
+{
+	if (k == TS_TOKENS && n != t->h->n_vocab)
+		return ds_errf(err, "%s: %u token entries for a vocabulary of "
+			       "%u", t->name, n, t->h->n_vocab);
+	if (k == TS_BYTE_IDS && n != 256)
+		return ds_errf(err, "%s: %u byte ids", t->name, n);
+	if (k == TS_ADDED_INFO && n != 1)
+		return ds_errf(err, "%s: %u added-token infos", t->name, n);
+	return 0;
+}
+
+/* Read the section table; *seen gets a bit per kind present. */
+static int read_sects(ds_tok *t, uint32_t *seen, ds_err *err)
+{
+	const struct tb_sect *st = (const void *)(t->base + sizeof *t->h);
+
+	*seen = 0;
+	for (uint32_t i = 0; i < t->h->n_sect; i++) {
+		const struct tb_sect *s = &st[i];
+		const void *p = NULL;
+		uint32_t n = 0;
+
+		if (s->kind == 0 || s->kind >= TS_NKIND || (*seen >> s->kind & 1))
+			return ds_errf(err, "%s: section %u: kind %u unknown or "
+				       "repeated", t->name, i, s->kind);
+		*seen |= 1u << s->kind;
+		if (sect(t, s, sect_rule[s->kind].elem, sect_rule[s->kind].pow2,
+			 &p, &n, err) != 0 ||
+		    check_count(t, s->kind, n, err) != 0)
+			return -1;
+		bind_sect(t, s->kind, p, n);
+	}
+	return 0;
+}
+
+static int check_required(const ds_tok *t, uint32_t seen, ds_err *err)
+{
+	uint32_t need = 1u << TS_POOL | 1u << TS_TOKENS | 1u << TS_PIECE_HASH |
+			1u << TS_ENC_HASH | 1u << TS_BYTE_IDS |
+			1u << TS_ADDED_DA | 1u << TS_NORM | 1u << TS_PRETOK |
+			1u << TS_ADDED_INFO;
+
+	if (t->h->model == TB_HF_BPE)
+		need |= 1u << TS_MERGES;
+	if (t->h->model == TB_SP_UNIGRAM)
+		need |= 1u << TS_UNI_DA;
+	if ((seen & need) != need)
+		return ds_errf(err, "%s: sections missing (have %#x, need %#x)",
+			       t->name, seen, need);
+	return 0;
+}
+
+/* Byte and special-token ids inside the vocabulary (-1: none). */
+static int check_ids(const ds_tok *t, ds_err *err)
+{
+	const struct tb_header *h = t->h;
+	const int32_t ids[5] = { h->bos, h->eos, h->eot, h->unk, h->pad };
+	int32_t nv = (int32_t)h->n_vocab;
+
+	for (int i = 0; i < 256; i++)
+		if (t->byte_ids[i] < -1 || t->byte_ids[i] >= nv)
+			return ds_errf(err, "%s: byte %d: token %d outside the "
+				       "vocabulary", t->name, i, t->byte_ids[i]);
+	for (int i = 0; i < 5; i++)
+		if (ids[i] < -1 || ids[i] >= nv)
+			return ds_errf(err, "%s: special token id %d outside "
+				       "the vocabulary", t->name, ids[i]);
+	return 0;
+}
+
+int tb_open(ds_tok *t, ds_err *err)
+{
+	const struct tb_header *h = (const void *)t->base;
+	uint32_t seen;
+
+	if (check_header(t, h, err) != 0)
+		return -1;
+	t->h = h;
+	if (read_sects(t, &seen, err) != 0 || check_required(t, seen, err) != 0 ||
+	    check_ops(t, t->norm, t->n_norm, "normalizer", err) != 0 ||
+	    check_ops(t, t->pretok, t->n_pretok, "pre-tokenizer", err) != 0 ||
+	    check_ids(t, err) != 0)
+		return -1;
 	memcpy(t->chat, h->chat, sizeof h->chat);
 	/* Entries are checked where they are used: a check of every one
 	 * here would read all 12 MB of a 128k vocabulary at load. */
