@@ -372,76 +372,105 @@ static void lay(struct layout *l, uint32_t kind, const void *p, uint32_t count,
 	l->end += size;
 }
 
+/* The tables built for the image; freed by free_tables. */
+struct tables {
+	uint32_t *ph, *eh, np, ne, nm;
+	struct tb_merge *mg;
+	struct trie_out added, uni;
+	struct tb_added_info ai;
+};
+
+static int build_tables(struct tb_builder *b, struct tables *tb, ds_err *err)
+{
+	int bad;
+
+	tb->ph = build_token_hash(b, 0, &tb->np);
+	tb->eh = build_token_hash(b, 1, &tb->ne);
+	if (b->model == TB_HF_BPE)
+		tb->mg = build_merges(b, &tb->nm);
+	bad = build_trie(b, TA_ADDED, &tb->added);
+	bad |= build_trie(b, b->model == TB_SP_UNIGRAM ?
+			  (TA_NORMAL | TA_ADDED | TA_UNUSED) : 0, &tb->uni);
+	added_info(b, &tb->ai);
+	if (tb->ph == NULL || tb->eh == NULL || bad ||
+	    (b->model == TB_HF_BPE && tb->mg == NULL))
+		return ds_errf(err, "out of memory building the tokenizer tables");
+	return 0;
+}
+
+static void free_tables(struct tables *tb)
+{
+	free(tb->ph);
+	free(tb->eh);
+	free(tb->mg);
+	free(tb->added.da);
+	free(tb->uni.da);
+}
+
+/* Every section, in file order. */
+static void lay_out(struct layout *l, struct tb_builder *b, struct tables *tb)
+{
+	l->end = sizeof(struct tb_header) + TS_NKIND * sizeof(struct tb_sect);
+	lay(l, TS_BYTE_IDS, b->byte_ids, 256, sizeof b->byte_ids);
+	lay(l, TS_ADDED_INFO, &tb->ai, 1, sizeof tb->ai);
+	lay(l, TS_NORM, b->norm, b->n_norm,
+	    (uint64_t)b->n_norm * sizeof(struct tb_op));
+	lay(l, TS_PRETOK, b->pretok, b->n_pretok,
+	    (uint64_t)b->n_pretok * sizeof(struct tb_op));
+	lay(l, TS_POOL, b->pool.p, (uint32_t)b->pool.n, b->pool.n);
+	lay(l, TS_TOKENS, b->tok, b->n_tok, (uint64_t)b->n_tok * sizeof *b->tok);
+	lay(l, TS_PIECE_HASH, tb->ph, tb->np, (uint64_t)tb->np * 4);
+	lay(l, TS_ENC_HASH, tb->eh, tb->ne, (uint64_t)tb->ne * 4);
+	if (tb->mg != NULL)
+		lay(l, TS_MERGES, tb->mg, tb->nm, (uint64_t)tb->nm * sizeof *tb->mg);
+	lay(l, TS_ADDED_DA, tb->added.da, tb->added.n,
+	    (uint64_t)tb->added.n * sizeof *tb->added.da);
+	if (b->model == TB_SP_UNIGRAM)
+		lay(l, TS_UNI_DA, tb->uni.da, tb->uni.n,
+		    (uint64_t)tb->uni.n * sizeof *tb->uni.da);
+	if (b->charsmap_len > 0)
+		lay(l, TS_CHARSMAP, b->pool.p + b->charsmap_off, b->charsmap_len,
+		    b->charsmap_len);
+}
+
+static void fill_header(struct tb_header *h, const struct tb_builder *b,
+			const struct layout *l)
+{
+	memcpy(h->magic, TB_MAGIC, 8);
+	h->version = TB_VERSION;
+	h->header_size = sizeof *h;
+	h->file_size = l->end;
+	h->model = b->model;
+	h->flags = b->flags;
+	h->n_vocab = b->n_tok;
+	h->n_sect = l->n;
+	h->bos = b->bos;
+	h->eos = b->eos;
+	h->eot = b->eot;
+	h->unk = b->unk;
+	h->pad = b->pad;
+	h->min_score = b->min_score;
+	h->max_score = b->max_score;
+	memcpy(h->chat, b->chat, sizeof h->chat);
+	h->chat[sizeof h->chat - 1] = '\0';
+	memcpy(h->pcre_unicode, b->pcre_unicode, sizeof h->pcre_unicode);
+	h->pcre_unicode[sizeof h->pcre_unicode - 1] = '\0';
+}
+
 int tb_finish(struct tb_builder *b, uint8_t **out, size_t *len, ds_err *err)
 {
+	struct tables tb = { 0 };
 	struct layout l = { 0 };
 	struct tb_header h = { 0 };
-	uint32_t np = 0, ne = 0, nm = 0;
-	uint32_t *ph = NULL, *eh = NULL;
-	struct tb_merge *mg = NULL;
-	struct trie_out added = { 0 }, uni = { 0 };
-	struct tb_added_info ai;
-	int rc = -1, bad;
 	uint8_t *img = NULL;
 
-	memcpy(h.chat, b->chat, sizeof h.chat);
-	h.chat[sizeof h.chat - 1] = '\0';
-	memcpy(h.pcre_unicode, b->pcre_unicode, sizeof h.pcre_unicode);
-	h.pcre_unicode[sizeof h.pcre_unicode - 1] = '\0';
-	ph = build_token_hash(b, 0, &np);
-	eh = build_token_hash(b, 1, &ne);
-	if (b->model == TB_HF_BPE)
-		mg = build_merges(b, &nm);
-	bad = build_trie(b, TA_ADDED, &added);
-	bad |= build_trie(b, b->model == TB_SP_UNIGRAM ? (TA_NORMAL | TA_ADDED |
-					    TA_UNUSED) : 0, &uni);
-	if (ph == NULL || eh == NULL || (b->model == TB_HF_BPE && mg == NULL) ||
-	    bad) {
-		ds_errf(err, "out of memory building the tokenizer tables");
+	if (build_tables(b, &tb, err) != 0)
 		goto out;
-	}
-	l.end = sizeof h + TS_NKIND * sizeof(struct tb_sect);
-	added_info(b, &ai);
-	lay(&l, TS_BYTE_IDS, b->byte_ids, 256, sizeof b->byte_ids);
-	lay(&l, TS_ADDED_INFO, &ai, 1, sizeof ai);
-	lay(&l, TS_NORM, b->norm, b->n_norm,
-	    (uint64_t)b->n_norm * sizeof(struct tb_op));
-	lay(&l, TS_PRETOK, b->pretok, b->n_pretok,
-	    (uint64_t)b->n_pretok * sizeof(struct tb_op));
-	lay(&l, TS_POOL, b->pool.p, (uint32_t)b->pool.n, b->pool.n);
-	lay(&l, TS_TOKENS, b->tok, b->n_tok,
-	    (uint64_t)b->n_tok * sizeof *b->tok);
-	lay(&l, TS_PIECE_HASH, ph, np, (uint64_t)np * 4);
-	lay(&l, TS_ENC_HASH, eh, ne, (uint64_t)ne * 4);
-	if (mg != NULL)
-		lay(&l, TS_MERGES, mg, nm, (uint64_t)nm * sizeof *mg);
-	lay(&l, TS_ADDED_DA, added.da, added.n,
-	    (uint64_t)added.n * sizeof *added.da);
-	if (b->model == TB_SP_UNIGRAM)
-		lay(&l, TS_UNI_DA, uni.da, uni.n, (uint64_t)uni.n * sizeof *uni.da);
-	if (b->charsmap_len > 0)
-		lay(&l, TS_CHARSMAP, b->pool.p + b->charsmap_off, b->charsmap_len,
-		    b->charsmap_len);
-
-	memcpy(h.magic, TB_MAGIC, 8);
-	h.version = TB_VERSION;
-	h.header_size = sizeof h;
-	h.file_size = l.end;
-	h.model = b->model;
-	h.flags = b->flags;
-	h.n_vocab = b->n_tok;
-	h.n_sect = l.n;
-	h.bos = b->bos;
-	h.eos = b->eos;
-	h.eot = b->eot;
-	h.unk = b->unk;
-	h.pad = b->pad;
-	h.min_score = b->min_score;
-	h.max_score = b->max_score;
+	lay_out(&l, b, &tb);
+	fill_header(&h, b, &l);
 	img = calloc(1, l.end);
 	if (img == NULL) {
-		ds_errf(err, "out of memory (%llu bytes)",
-			(unsigned long long)l.end);
+		ds_errf(err, "out of memory (%llu bytes)", (unsigned long long)l.end);
 		goto out;
 	}
 	memcpy(img, &h, sizeof h);
@@ -451,14 +480,9 @@ int tb_finish(struct tb_builder *b, uint8_t **out, size_t *len, ds_err *err)
 			memcpy(img + l.s[i].off, l.data[i], l.s[i].size);
 	*out = img;
 	*len = l.end;
-	rc = 0;
 out:
-	free(ph);
-	free(eh);
-	free(mg);
-	free(added.da);
-	free(uni.da);
-	return rc;
+	free_tables(&tb);
+	return img != NULL ? 0 : -1;
 }
 
 /* ---- opening an image -------------------------------------------------------- */
