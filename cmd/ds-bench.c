@@ -34,6 +34,7 @@ static void usage(FILE *f)
 		"                [--cpus LIST] [--ctx-size N] [--hugepages] [--mlock]\n"
 		"                [-n N,...] [--no-populate] [--numa MODE] [-o md|csv|json|jsonl]\n"
 		"                [-p N,...] [-r N] [--seed N] [-t N,...]\n"
+		"       ds-bench --synthetic SHAPE [--layers N] [--type TYPE] --save DIR\n"
 		"       ds-bench --synthetic list\n"
 		"       ds-bench --kernels [--cpu-time] [--cpus LIST] [-o md|csv|json] [-q]\n"
 		"                [-s NxK] [-t N,...] [-w TYPE,...]\n"
@@ -305,7 +306,7 @@ static void emit_model(void *arg, const ds_mbench_row *r)
 
 typedef struct opts {
 	int mode;                 /* 'K' 'M' 'B' (a model) */
-	const char *dir, *shape, *type, *numa, *cpus;
+	const char *dir, *shape, *type, *numa, *cpus, *save;
 	long layers, reps, ctx;
 	uint32_t pp[16], tg[16];
 	int n_pp, n_tg;
@@ -386,6 +387,7 @@ static int parse_opt(opts *o, int c, const char *a)
 			return bad("-r", a, "expected 1 to 64 repetitions");
 		return 0;
 	case 'S': o->shape = a; o->mode = 'B'; return 0;
+	case 'W': o->save = a; return 0;
 	case 's': {
 		unsigned long long n, k;
 		char tail;
@@ -439,8 +441,8 @@ static int check_opts(const opts *o)
 			"options need -m or --synthetic\n");
 		return 2;
 	}
-	if (!o->shape && (o->type || o->layers)) {
-		fprintf(stderr, "ds-bench: --type and --layers need --synthetic\n");
+	if (!o->shape && (o->type || o->layers || o->save)) {
+		fprintf(stderr, "ds-bench: --type, --layers and --save need --synthetic\n");
 		return 2;
 	}
 	if (o->mode == 'B' && (o->k.quick || o->k.mm_n || o->k.types || o->k.cpu_time)) {
@@ -475,6 +477,7 @@ static int parse_args(opts *o, int argc, char **argv)
 		{ "output", required_argument, NULL, 'o' },
 		{ "quick", no_argument, NULL, 'q' },
 		{ "repetitions", required_argument, NULL, 'r' },
+		{ "save", required_argument, NULL, 'W' },
 		{ "seed", required_argument, NULL, 'E' },
 		{ "shape", required_argument, NULL, 's' },
 		{ "synthetic", required_argument, NULL, 'S' },
@@ -592,6 +595,55 @@ static uint64_t extra_bytes(const opts *o, const ds_hparams *hp, uint64_t bytes)
 	return kv + (o->hugepages ? bytes : 0) + ((uint64_t)512 << 20);
 }
 
+static int synth_opts(const opts *o, ds_synth_opts *so, uint64_t *bytes,
+		      ds_err *err)
+{
+	memset(so, 0, sizeof *so);
+	so->type = (ds_ttype){ DS_Q4, 32 };
+	if (o->type && parse_type(o->type, &so->type))
+		return ds_errf(err, "--type %s: expected q4, q8, bf16, q4gG or q8gG "
+			       "(G 32, 64 or 128)", o->type);
+	if (ds_synth_hparams(o->shape, (uint32_t)o->layers, &so->hp, err) ||
+	    ds_synth_bytes(&so->hp, so->type, bytes, err))
+		return -1;
+	so->seed = o->seed;
+	so->progress = stderr;
+	so->cancel = &cancel;
+	return 0;
+}
+
+/* --save DIR: the model written there to stay (ds-run, ds-tune plan and
+ * ds-bench -m can use it), nothing benchmarked. */
+static int save_synthetic(const opts *o, ds_err *err)
+{
+	ds_synth_opts so;
+	uint64_t bytes;
+	char *parent = strdup(o->save), *slash;
+	int rc;
+
+	if (parent == NULL)
+		return ds_errf(err, "out of memory");
+	if (access(o->save, F_OK) == 0) {
+		free(parent);
+		return ds_errf(err, "%s: already exists", o->save);
+	}
+	slash = strrchr(parent, '/');
+	if (slash == NULL)
+		strcpy(parent, ".");
+	else
+		slash[slash == parent] = '\0';
+	rc = synth_opts(o, &so, &bytes, err) ||
+	     ds_synth_check_fit(parent, bytes, 0, err);
+	free(parent);
+	if (rc)
+		return ds_err_prefix(err, "--synthetic %s", o->shape);
+	phase = 1;
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+	so.dst = o->save;
+	return ds_synth_write(&so, &bytes, err);
+}
+
 static int build_synthetic(const opts *o, ds_mbench_model *mm, ds_err *err)
 {
 	const char *base = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
@@ -600,13 +652,7 @@ static int build_synthetic(const opts *o, ds_mbench_model *mm, ds_err *err)
 	double t0;
 	int rc;
 
-	memset(&so, 0, sizeof so);
-	so.type = (ds_ttype){ DS_Q4, 32 };
-	if (o->type && parse_type(o->type, &so.type))
-		return ds_errf(err, "--type %s: expected q4, q8, bf16, q4gG or q8gG "
-			       "(G 32, 64 or 128)", o->type);
-	if (ds_synth_hparams(o->shape, (uint32_t)o->layers, &so.hp, err) ||
-	    ds_synth_bytes(&so.hp, so.type, &bytes, err))
+	if (synth_opts(o, &so, &bytes, err))
 		return -1;
 	if (ds_synth_check_fit(base, bytes, extra_bytes(o, &so.hp, bytes), err))
 		return ds_err_prefix(err, "--synthetic %s%s", o->shape,
@@ -622,9 +668,6 @@ static int build_synthetic(const opts *o, ds_mbench_model *mm, ds_err *err)
 	signal(SIGTERM, on_signal);
 	signal(SIGHUP, on_signal);
 	so.dst = tmp_model;
-	so.seed = o->seed;
-	so.progress = stderr;
-	so.cancel = &cancel;
 	fprintf(stderr, "ds-bench: writing a random %s (%s, %u layers, %.2f GiB) "
 		"in %s\n", o->shape, o->type ? o->type : "q4", so.hp.n_layer,
 		bytes / 1073741824.0, tmp_dir);
@@ -750,7 +793,7 @@ int main(int argc, char **argv)
 			o.threads[0] = n > 0 && n < 1024 ? (int)n : 1;
 			o.n_threads = 1;
 		}
-		rc = run_model(&o, &err) ? 1 : 0;
+		rc = (o.save ? save_synthetic(&o, &err) : run_model(&o, &err)) ? 1 : 0;
 		if (rc && cancel)
 			rc = 130;
 	} else {

@@ -249,3 +249,18 @@ assert r["synthetic"] is False and r["model"] == sys.argv[1], r
 assert r["pp_ts"] > 0 and r["tg_ts"] > 0 and r["bw_ratio"] > 0, r
 ' "$T/m"
 }
+
+@test "ds-bench --synthetic --save DIR writes a model that -m runs, and refuses an existing DIR" {
+	d=$BATS_TEST_TMPDIR/saved
+	run "$DS_BIN/ds-bench" --synthetic test-deepseek2 --type q4g64 --save "$d"
+	[ "$status" -eq 0 ]
+	[ -f "$d/model.meta" ] && [ -f "$d/model.bin" ]
+	run --separate-stderr "$DS_BIN/ds-bench" -m "$d" -p 4 -n 2 -r 1 -t 1 -o csv
+	[ "$status" -eq 0 ]
+	[[ "${lines[1]}" == "$d,false,deepseek2,q4g64,3,"* ]]
+	run "$DS_BIN/ds-bench" --synthetic test-llama --save "$d"
+	[ "$status" -eq 1 ]
+	[ "$output" = "ds-bench: $d: already exists" ]
+	run "$DS_BIN/ds-bench" -m "$d" --save "$d.2"
+	[ "$status" -eq 2 ]
+}
