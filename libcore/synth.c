@@ -463,8 +463,9 @@ int ds_synth_write(const ds_synth_opts *o, uint64_t *bytes, ds_err *err)
 		desc_bytes(&d[i], o->type, &b);
 		ds_progress_add(&prog, 1, b);
 	}
-	if (i == n && (meta = synth_meta(o)) != NULL &&
-	    ds_mwriter_commit(&c.w, meta, err) == 0) {
+	if (i == n && (meta = synth_meta(o)) == NULL)
+		ds_errf(err, "%s: out of memory", o->dst);
+	else if (i == n && ds_mwriter_commit(&c.w, meta, err) == 0) {
 		ds_progress_done(&prog);
 		*bytes = total;
 		rc = 0;
