@@ -1037,26 +1037,16 @@ static int chat_and_stops(run *r, ds_err *err)
 static int load_model(run *r, ds_err *err)
 {
 	opts *o = r->o;
-	unsigned flags = 0;
+	ds_load_opts lo = { o->no_populate, o->mlock, o->hugepages,
+			    o->numa ? r->numa : DS_NUMA_OFF, o->verify };
 	char warn[256];
 	double t0 = ds_now_s();
 
-	if (!o->no_populate && !o->hugepages && !o->numa)
-		flags |= DS_LOAD_POPULATE;
-	if (o->mlock && !o->hugepages)
-		flags |= DS_LOAD_MLOCK;
-	if (ds_model_load(&r->m, o->dir, flags, err))
+	if (ds_model_open(&r->m, r->pool, o->dir, &lo, &r->pl, warn, sizeof warn,
+			  err))
 		return -1;
-	if (o->mlock)
-		r->m.flags |= DS_LOAD_MLOCK;
-	if ((o->hugepages || o->numa) &&
-	    ds_model_place(&r->m, r->pool, o->hugepages, r->numa, &r->pl, warn,
-			   sizeof warn, err))
-		return -1;
-	if (o->hugepages && warn[0])
+	if (warn[0])
 		warnx_("warning: --hugepages: %s", warn);
-	if (o->verify && ds_model_verify(&r->m, err))
-		return -1;
 	r->t_load = ds_now_s() - t0;
 	return 0;
 }

@@ -142,4 +142,22 @@ int ds_model_place(ds_model *m, ds_pool *pool, int hugepages,
 		   size_t warn_len, ds_err *err);
 void ds_placement_free(ds_placement *pl);
 
+/* How ds-run, ds-bench and ds-serve load a model for running. */
+typedef struct ds_load_opts {
+	int no_populate;      /* leave the pages to fault in on first use */
+	int mlock;            /* lock the weights in memory */
+	int hugepages;        /* a copy in hugepages (ds_model_place) */
+	enum ds_numa numa;
+	int verify;           /* check every CRC-32 */
+} ds_load_opts;
+
+/* ds_model_load with MAP_POPULATE (unless no_populate, hugepages or numa:
+ * then the pages are faulted in where they are placed), then
+ * ds_model_place, then ds_model_verify.  *warn: the hugepages fallback's
+ * message, or "".  On failure free the model and the placement as after
+ * success. */
+int ds_model_open(ds_model *m, ds_pool *pool, const char *dir,
+		  const ds_load_opts *o, ds_placement *pl, char *warn,
+		  size_t warn_len, ds_err *err);
+
 #endif

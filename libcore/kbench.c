@@ -291,6 +291,43 @@ static void base_rows(bench *b, int peaks)
 	free(j);
 }
 
+int ds_kbench_probe(ds_pool *pool, size_t ws_bytes, double min_sec,
+		    double *read_gbs, double peak_gops[3], ds_err *err)
+{
+	struct probe_job *j = calloc(1, sizeof *j);
+	bench b;
+	int kind, i;
+
+	memset(&b, 0, sizeof b);
+	b.pool = pool;
+	b.threads = ds_pool_threads(pool);
+	b.ws_bytes = ds_round_up(ws_bytes ? ws_bytes : (size_t)512 << 20, 4096);
+	min_sec = min_sec > 0 ? min_sec : 0.25;
+	b.ws = j ? ds_aligned_alloc(4096, b.ws_bytes, err) : NULL;
+	if (b.ws == NULL) {
+		free(j);
+		return ds_errf(err, "read probe: out of memory");
+	}
+	memset(b.ws, 1, b.ws_bytes);
+	j->b = &b;
+	j->k = ds_kernels_get();
+	*read_gbs = (double)b.ws_bytes / best_of(probe_fn, j, min_sec) * 1e-9;
+	for (kind = 0; kind < 3; kind++) {
+		uint64_t macs = 0;
+		double sec;
+
+		j->kind = kind;
+		j->iters = 1 << 14;
+		sec = best_of(peak_fn, j, min_sec / 4);
+		for (i = 0; i < b.threads; i++)
+			macs += j->macs[i];
+		peak_gops[kind] = 2.0 * (double)macs / sec * 1e-9;
+	}
+	free(b.ws);
+	free(j);
+	return 0;
+}
+
 /* ---- weights --------------------------------------------------------------------------- */
 
 /* Fill `bytes` at p with copies of a random matrix [64, k] of type t (so

@@ -147,3 +147,27 @@ void ds_placement_free(ds_placement *pl)
 		munmap(pl->mem, pl->bytes);
 	memset(pl, 0, sizeof *pl);
 }
+
+int ds_model_open(ds_model *m, ds_pool *pool, const char *dir,
+		  const ds_load_opts *o, ds_placement *pl, char *warn,
+		  size_t warn_len, ds_err *err)
+{
+	unsigned flags = 0;
+	int placed = o->hugepages || o->numa != DS_NUMA_OFF;
+
+	memset(pl, 0, sizeof *pl);
+	if (warn_len)
+		warn[0] = '\0';
+	if (!o->no_populate && !placed)
+		flags |= DS_LOAD_POPULATE;
+	if (o->mlock && !o->hugepages)
+		flags |= DS_LOAD_MLOCK;
+	if (ds_model_load(m, dir, flags, err))
+		return -1;
+	if (o->mlock)
+		m->flags |= DS_LOAD_MLOCK;
+	if (placed && ds_model_place(m, pool, o->hugepages, o->numa, pl, warn,
+				     warn_len, err))
+		return -1;
+	return o->verify ? ds_model_verify(m, err) : 0;
+}

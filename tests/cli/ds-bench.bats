@@ -1,6 +1,8 @@
 #!/usr/bin/env bats
 # ds-bench.bats - options, exit codes and the plumbing formats of ds-bench.
 
+bats_require_minimum_version 1.5.0
+
 setup() {
 	: "${DS_BIN:=bin}"
 }
@@ -71,4 +73,194 @@ for r in d["rows"]:
 	[[ "${lines[1]}" == membw,read,*,1,* ]]
 	[[ "${lines[5]}" == barrier,run,*,2,* ]]
 	[[ "${lines[6]}" == barrier,sync,*,2,* ]]
+}
+
+# ---- models: -m DIR and --synthetic ----------------------------------------------------
+
+# The fields every plumbing format has, in order (ds-bench(1)).
+FIELDS=model,synthetic,arch,type,n_layer,model_bytes,active_bytes,params,active_params,isa,hugepages,load_s,threads,n_prompt,n_gen,n_ctx,reps,pp_ts,pp_sd,tg_ts,tg_sd,ms_per_tok,ms_per_tok_sd,ttft_ms,ttft_sd,probe_gbs,decode_gbs,bw_ratio,peak_kind,peak_gops,pp_gops,pp_ratio,rss_peak_mib,kv_mib
+
+# A tiny run: 2 rows (p 8,16 x n 4, one thread), 2 repetitions.
+tiny() {
+	"$DS_BIN/ds-bench" --synthetic test-llama -p 8,16 -n 4 -r 2 -t 1 "$@"
+}
+
+@test "ds-bench --synthetic list names every published shape with its size" {
+	run "$DS_BIN/ds-bench" --synthetic list
+	[ "$status" -eq 0 ]
+	for s in deepseek-v2-lite deepseek-v2 r1-distill-qwen-1.5b r1-distill-qwen-7b \
+		 r1-distill-llama-8b deepseek-coder-1.3b tinyllama-1.1b; do
+		echo "$output" | grep -q "^$s "
+	done
+	echo "$output" | grep -q '^deepseek-v2-lite .*15.71 B params *2.45 B active'
+}
+
+@test "ds-bench --synthetic -o json: an array of rows with every field, sane values" {
+	run --separate-stderr tiny -o json
+	[ "$status" -eq 0 ]
+	echo "$output" | /usr/bin/python3 -c '
+import json, sys
+rows = json.load(sys.stdin)
+want = sys.argv[1].split(",")
+assert len(rows) == 2, rows
+for r, p in zip(rows, (8, 16)):
+    assert list(r) == want, list(r)
+    assert r["model"] == "test-llama" and r["synthetic"] is True, r
+    assert r["arch"] == "llama" and r["type"] == "q4g32" and r["n_layer"] == 2, r
+    assert r["n_prompt"] == p and r["n_gen"] == 4 and r["reps"] == 2, r
+    assert r["threads"] == 1 and r["n_ctx"] == 16 + 4, r
+    for k in ("pp_ts", "tg_ts", "ms_per_tok", "ttft_ms", "probe_gbs",
+              "decode_gbs", "bw_ratio", "peak_gops", "pp_gops", "pp_ratio",
+              "rss_peak_mib", "kv_mib", "model_bytes", "active_bytes"):
+        assert r[k] > 0, (k, r)
+    assert 0 < r["active_bytes"] < r["model_bytes"], r
+    assert 0 < r["active_params"] < r["params"], r
+    assert abs(r["ms_per_tok"] * r["tg_ts"] - 1000) < 1000 * 0.5, r
+    assert abs(r["decode_gbs"] - r["active_bytes"] * r["tg_ts"] / 1e9) < 1e-3 * r["decode_gbs"] + 1e-9, r
+    assert abs(r["bw_ratio"] - r["decode_gbs"] / r["probe_gbs"]) < 1e-3, r
+    assert r["peak_kind"] == "int8", r
+' "$FIELDS"
+}
+
+@test "ds-bench -o jsonl: one object per line; -o csv: the header, then the rows" {
+	run --separate-stderr tiny -o jsonl
+	[ "$status" -eq 0 ]
+	[ "${#lines[@]}" -eq 2 ]
+	echo "$output" | /usr/bin/python3 -c '
+import json, sys
+for line in sys.stdin:
+    r = json.loads(line)
+    assert ",".join(r) == sys.argv[1], list(r)
+' "$FIELDS"
+	run --separate-stderr tiny -o csv
+	[ "$status" -eq 0 ]
+	[ "${lines[0]}" = "$FIELDS" ]
+	[ "${#lines[@]}" -eq 3 ]
+	echo "$output" | /usr/bin/python3 -c '
+import csv, sys
+rows = list(csv.DictReader(sys.stdin))
+assert len(rows) == 2 and rows[1]["n_prompt"] == "16", rows
+assert float(rows[0]["tg_ts"]) > 0 and rows[0]["synthetic"] == "true", rows
+'
+}
+
+@test "ds-bench md: the model line, a pp and a tg row per combination, the peak RSS" {
+	run --separate-stderr tiny
+	[ "$status" -eq 0 ]
+	[[ "${lines[0]}" == "model test-llama: llama, q4g32, 2 layers, "* ]]
+	[ "$(echo "$output" | grep -c '^| test-llama .* | pp8 | ')" -eq 1 ]
+	[ "$(echo "$output" | grep -c '^| test-llama .* | tg4 | ')" -eq 2 ]
+	[[ "${lines[-1]}" == "peak RSS "*" MiB" ]]
+	# progress went to stderr
+	[[ "$stderr" == *"ds-bench: loading "* ]]
+}
+
+@test "ds-bench --synthetic: MoE (MLA) and every --type; -p 0 / -n 0 skip a test" {
+	run --separate-stderr "$DS_BIN/ds-bench" --synthetic test-deepseek2 --type q8g64 \
+		-p 0 -n 3 -r 1 -t 1,2 -o jsonl
+	[ "$status" -eq 0 ]
+	[ "${#lines[@]}" -eq 2 ]
+	echo "$output" | /usr/bin/python3 -c '
+import json, sys
+rows = [json.loads(l) for l in sys.stdin]
+assert [r["threads"] for r in rows] == [1, 2], rows
+for r in rows:
+    assert r["arch"] == "deepseek2" and r["type"] == "q8g64", r
+    assert r["pp_ts"] == 0 and r["tg_ts"] > 0 and r["n_prompt"] == 0, r
+'
+	run --separate-stderr "$DS_BIN/ds-bench" --synthetic test-llama --type bf16 --layers 1 \
+		-p 4 -n 0 -r 1 -t 1 -o jsonl
+	[ "$status" -eq 0 ]
+	[[ "$output" == *'"type": "bf16", "n_layer": 1,'* ]]
+	[[ "$output" == *'"tg_ts": 0,'* ]]
+	[[ "$output" == *'"peak_kind": "bf16"'* ]]
+}
+
+@test "ds-bench --synthetic leaves nothing in TMPDIR, also when interrupted" {
+	d=$BATS_TEST_TMPDIR/tmp
+	mkdir -p "$d"
+	TMPDIR=$d run --separate-stderr tiny -o csv
+	[ "$status" -eq 0 ]
+	[ -z "$(ls -A "$d")" ]
+	# a long decode, interrupted once the model is written and loaded
+	TMPDIR=$d "$DS_BIN/ds-bench" --synthetic test-llama -p 0 -n 100000 -r 64 -t 1 \
+		>/dev/null 2>"$d.err" &
+	pid=$!
+	for _ in $(seq 100); do grep -q "tg100000" "$d.err" 2>/dev/null && break; sleep 0.1; done
+	grep -q "loading" "$d.err"
+	kill -INT $pid
+	wait $pid || true
+	[ -z "$(ls -A "$d")" ]
+}
+
+@test "ds-bench refuses a shape that does not fit, an unknown shape, bad options" {
+	run "$DS_BIN/ds-bench" --synthetic deepseek-v3
+	[ "$status" -eq 1 ]
+	[[ "$output" == "ds-bench: --synthetic deepseek-v3 (--layers N makes it smaller): "*"do not fit"* ]]
+	run "$DS_BIN/ds-bench" --synthetic gpt-9
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"gpt-9: unknown shape"* ]]
+	run "$DS_BIN/ds-bench" --synthetic test-llama --type q5
+	[ "$status" -eq 1 ]
+	[[ "$output" == "ds-bench: --type q5: expected q4, q8, bf16"* ]]
+	run "$DS_BIN/ds-bench" --synthetic test-llama -p x
+	[ "$status" -eq 2 ]
+	[[ "$output" == "ds-bench: -p x: "* ]]
+	run "$DS_BIN/ds-bench" --synthetic test-llama -r 0
+	[ "$status" -eq 2 ]
+	run "$DS_BIN/ds-bench" --synthetic test-llama --layers 0
+	[ "$status" -eq 2 ]
+	run "$DS_BIN/ds-bench" -m x --synthetic test-llama
+	[ "$status" -eq 2 ]
+	run "$DS_BIN/ds-bench" --kernels -p 512
+	[ "$status" -eq 2 ]
+	run "$DS_BIN/ds-bench" -m x --type q4
+	[ "$status" -eq 2 ]
+	run "$DS_BIN/ds-bench" --membw -o jsonl
+	[ "$status" -eq 2 ]
+	run "$DS_BIN/ds-bench" --synthetic test-llama --ctx-size 10 -p 16 -n 4 -r 1 -t 1
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"--ctx-size 10 is below the longest test"* ]]
+}
+
+@test "ds-bench -m: a missing directory, not a model" {
+	run "$DS_BIN/ds-bench" -m "$BATS_TEST_TMPDIR/none" -t 1
+	[ "$status" -eq 1 ]
+	[[ "${lines[-1]}" == "ds-bench: $BATS_TEST_TMPDIR/none/model.meta: "* ]]
+	mkdir -p "$BATS_TEST_TMPDIR/bad"
+	echo '{' > "$BATS_TEST_TMPDIR/bad/model.meta"
+	: > "$BATS_TEST_TMPDIR/bad/model.bin"
+	run "$DS_BIN/ds-bench" -m "$BATS_TEST_TMPDIR/bad" -t 1
+	[ "$status" -eq 1 ]
+	[[ "${lines[-1]}" == "ds-bench: $BATS_TEST_TMPDIR/bad/model.meta"* ]]
+}
+
+@test "ds-bench -m on a converted fixture: a qwen2 q4 (GPTQ) model" {
+	T=$BATS_TEST_TMPDIR
+	/usr/bin/python3 scripts/gen-fixture.py --out "$T/hf" --seed 3 --arch qwen2 --quant gptq >/dev/null
+	"$DS_BIN"/ds-convert --model-path "$T/hf" --output-dir "$T/m" --quiet
+	run --separate-stderr "$DS_BIN/ds-bench" -m "$T/m" -p 8 -n 4 -r 1 -t 1 -o jsonl
+	[ "$status" -eq 0 ]
+	echo "$output" | /usr/bin/python3 -c '
+import json, sys
+r = json.loads(sys.stdin.read())
+assert r["arch"] == "qwen2" and r["type"].startswith("q4g"), r
+assert r["synthetic"] is False and r["model"] == sys.argv[1], r
+assert r["pp_ts"] > 0 and r["tg_ts"] > 0 and r["bw_ratio"] > 0, r
+' "$T/m"
+}
+
+@test "ds-bench --synthetic --save DIR writes a model that -m runs, and refuses an existing DIR" {
+	d=$BATS_TEST_TMPDIR/saved
+	run "$DS_BIN/ds-bench" --synthetic test-deepseek2 --type q4g64 --save "$d"
+	[ "$status" -eq 0 ]
+	[ -f "$d/model.meta" ] && [ -f "$d/model.bin" ]
+	run --separate-stderr "$DS_BIN/ds-bench" -m "$d" -p 4 -n 2 -r 1 -t 1 -o csv
+	[ "$status" -eq 0 ]
+	[[ "${lines[1]}" == "$d,false,deepseek2,q4g64,3,"* ]]
+	run "$DS_BIN/ds-bench" --synthetic test-llama --save "$d"
+	[ "$status" -eq 1 ]
+	[ "$output" = "ds-bench: $d: already exists" ]
+	run "$DS_BIN/ds-bench" -m "$d" --save "$d.2"
+	[ "$status" -eq 2 ]
 }
