@@ -738,6 +738,28 @@ char *ds_api_error_json(const ds_api_err *e)
 	return dump(j);
 }
 
+/* ---- headers ------------------------------------------------------------------------------------ */
+
+int ds_api_length_check(const char *value, size_t max)
+{
+	size_t x = 0;
+	int big = 0;
+
+	if (value == NULL || *value == '\0')
+		return -1;
+	for (; *value; value++) {
+		unsigned d = (unsigned char)*value - '0';
+
+		if (d > 9)
+			return -1;
+		if (big || d > max || x > (max - d) / 10)
+			big = 1;    /* x * 10 + d > max, without overflow */
+		else
+			x = x * 10 + d;
+	}
+	return big;
+}
+
 /* ---- the API key ------------------------------------------------------------------------------ */
 
 int ds_api_key_ok(const char *header, const char *key)

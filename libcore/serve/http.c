@@ -628,7 +628,7 @@ static enum MHD_Result early(rctx *q, const char *method)
 	ds_srv *s = q->s;
 	int post = is_post(q->ep);
 	const char *cl, *auth;
-	char *end;
+	int big;
 
 	if (q->ep == DS_EP_OTHER)
 		return fail(q, 404, "not_found", "%.60s: no such endpoint", q->path);
@@ -643,9 +643,11 @@ static enum MHD_Result early(rctx *q, const char *method)
 			    "an API key is needed: Authorization: Bearer KEY");
 	cl = MHD_lookup_connection_value(q->c, MHD_HEADER_KIND,
 					 MHD_HTTP_HEADER_CONTENT_LENGTH);
-	if (cl && (strtoull(cl, &end, 10) > s->o.max_body || *end))
-		return fail(q, 413, "request_too_large", "the body is larger than "
-			    "%zu bytes (--max-body)", s->o.max_body);
+	if (cl && (big = ds_api_length_check(cl, s->o.max_body)) != 0)
+		return big < 0 ? fail(q, 400, NULL, "Content-Length: not a "
+				      "decimal number") :
+			fail(q, 413, "request_too_large", "the body is larger than "
+			     "%zu bytes (--max-body)", s->o.max_body);
 	return MHD_YES;
 }
 

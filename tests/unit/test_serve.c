@@ -505,6 +505,26 @@ static void test_api_key(void)
 	T_CHECK(!ds_api_key_ok("Bearer K3Y-X", "k3y-x"));
 }
 
+/* Content-Length: RFC 9110 8.6, 1*DIGIT; any other value is refused. */
+static void test_length_check(void)
+{
+	T_CHECK(ds_api_length_check("0", 0) == 0);
+	T_CHECK(ds_api_length_check("1048576", 1048576) == 0);
+	T_CHECK(ds_api_length_check("01048576", 1048576) == 0);
+	T_CHECK(ds_api_length_check("1048577", 1048576) == 1);
+	T_CHECK(ds_api_length_check("18446744073709551615", SIZE_MAX) == 0);
+	T_CHECK(ds_api_length_check("18446744073709551616", SIZE_MAX) == 1);
+	T_CHECK(ds_api_length_check("99999999999999999999999999999", 100) == 1);
+	T_CHECK(ds_api_length_check("7", 5) == 1);
+	T_CHECK(ds_api_length_check("", 100) == -1);
+	T_CHECK(ds_api_length_check(NULL, 100) == -1);
+	T_CHECK(ds_api_length_check("-1", 100) == -1);
+	T_CHECK(ds_api_length_check("+5", 100) == -1);
+	T_CHECK(ds_api_length_check(" 5", 100) == -1);
+	T_CHECK(ds_api_length_check("5x", 100) == -1);
+	T_CHECK(ds_api_length_check("999999999999999999999x", 100) == -1);
+}
+
 /* ---- metrics ------------------------------------------------------------------------ */
 
 /* The value of the sample line that starts with `series ` (-1: none). */
@@ -651,6 +671,7 @@ int main(void)
 	T_RUN(test_error_object);
 	T_RUN(test_utf8_repair);
 	T_RUN(test_api_key);
+	T_RUN(test_length_check);
 	T_RUN(test_metrics);
 	return t_done();
 }
