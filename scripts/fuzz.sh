@@ -51,7 +51,7 @@ dict() {
 	mkdir -p "$B/dict"
 	: >"$d"
 	case $1 in
-	hfconfig|qconfig|modelmeta|safetensors|stindex|tokjson|tokconfig|tuneplan)
+	hfconfig|qconfig|modelmeta|safetensors|servereq|stindex|tokjson|tokconfig|tuneplan)
 		cat tests/fuzz/dict/json.dict >>"$d" ;;
 	esac
 	[ -f "tests/fuzz/dict/$1.dict" ] && cat "tests/fuzz/dict/$1.dict" >>"$d"
