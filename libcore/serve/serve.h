@@ -194,6 +194,9 @@ typedef struct ds_srv_opts {
 	const char *api_key;        /* NULL: no authentication */
 	size_t max_body;            /* request body bytes */
 	unsigned timeout_s;         /* idle/slow connections; drain bound */
+	unsigned max_conns;         /* connections open at once, idle ones
+				       included; 0: 2048 (both at most what
+				       RLIMIT_NOFILE leaves) */
 	int hugepages;              /* forward.h ds_model_place */
 	const char *numa;           /* "interleave" | "node" | NULL */
 	int verbose;                /* log every request */
