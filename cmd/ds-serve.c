@@ -309,6 +309,7 @@ static int run(opts *o)
 	sigaddset(&set, SIGUSR1);
 	pthread_sigmask(SIG_BLOCK, &set, NULL);   /* before any thread starts */
 	signal(SIGPIPE, SIG_IGN);
+	ds_map_guard();  /* model.bin and tokenizer.bin are used in place */
 	raise_nofile(o->so.max_conns ? o->so.max_conns : 2048);
 	memset(&l, 0, sizeof l);
 	if (read_key(o, &err) || ds_srv_start(&l.s, &o->so, &err)) {

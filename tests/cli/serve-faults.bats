@@ -158,3 +158,22 @@ still_serving() {
 	[ -z "$(awk '$2 != 400 || $1 != $3' <<<"$output")" ]
 	still_serving
 }
+
+@test "model.bin truncated under a running server: one line and status 1, not SIGBUS" {
+	cp -r "$F/m" "$T/m"
+	"$DS_BIN/ds-serve" -m "$T/m" --port 0 --threads 1 2>"$T/serve.log" 3>&- &
+	PID=$!
+	for i in $(seq 200); do
+		grep -q "loaded in" "$T/serve.log" && break
+		sleep 0.05
+	done
+	PORT=$(sed -n 's|.*listening on http://127\.0\.0\.1:\([0-9]*\)/.*|\1|p' "$T/serve.log")
+	truncate -s 4096 "$T/m/model.bin"
+	curl -s -o /dev/null -d '{"prompt": "a", "max_tokens": 2}' "http://127.0.0.1:$PORT/v1/completions" || true
+	st=0
+	wait "$PID" || st=$?
+	PID=
+	cat "$T/serve.log"
+	[ "$st" -eq 1 ]
+	tail -n 1 "$T/serve.log" | grep -q "^ds-serve: a mapped file (model.bin, tokenizer.bin or a checkpoint) was truncated while in use"
+}
