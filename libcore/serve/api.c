@@ -400,12 +400,16 @@ static int get_content(json_t *c, const char *param, char **out, ds_api_err *e)
 	s = calloc(1, n + 1);
 	if (s == NULL)
 		return oom(e);
-	json_array_foreach(c, i, part) {
-		if (i)
-			strcat(s, "\n");
-		strcat(s, json_string_value(json_object_get(part, "text")));
-	}
 	*out = s;
+	json_array_foreach(c, i, part) {
+		json_t *x = json_object_get(part, "text");
+
+		if (i)
+			*s++ = '\n';   /* not strcat: linear in the parts */
+		memcpy(s, json_string_value(x), json_string_length(x));
+		s += json_string_length(x);
+	}
+	*s = '\0';
 	return 0;
 }
 
