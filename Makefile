@@ -119,7 +119,7 @@ fuzz-smoke: fuzz
 	@scripts/fuzz.sh smoke $(FUZZ_TIME)
 
 demo: all
-	@scripts/demo.sh $(BIN)
+	@scripts/demo.sh $(BIN) $(if $(CHAT),--chat)
 
 bench: all
 	@scripts/bench.sh $(BIN)

@@ -88,6 +88,26 @@ static void set_chat(struct tb_builder *b, json_t *ct)
 	}
 }
 
+/* The special tokens tokenizer_config.json names are matched in the text,
+ * as Hugging Face's (slow) tokenizers do for a SentencePiece model: its
+ * CONTROL and UNKNOWN pieces become special added tokens (they still decode
+ * as before, and stay out of the Unigram lattice).  A tokenizer.json's are
+ * added tokens already. */
+static void mark_special(struct tb_builder *b, json_t *root)
+{
+	static const char *const keys[] = { "bos_token", "eos_token",
+					    "unk_token", "pad_token" };
+
+	if (b->model != TB_SP_BPE && b->model != TB_SP_UNIGRAM)
+		return;
+	for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+		int32_t id = token_id(b, json_object_get(root, keys[k]));
+
+		if (id >= 0 && (b->tok[id].attr & (TA_CONTROL | TA_UNKNOWN)))
+			b->tok[id].attr |= TA_ADDED | TA_SPECIAL;
+	}
+}
+
 int ds_tok_read_config(struct tb_builder *b, const char *config, ds_err *err)
 {
 	json_error_t je;
@@ -136,6 +156,7 @@ int ds_tok_read_config(struct tb_builder *b, const char *config, ds_err *err)
 			b->flags = json_is_true(v) ? b->flags | TBF_ADD_EOS
 						   : b->flags & ~TBF_ADD_EOS;
 		set_chat(b, json_object_get(root, "chat_template"));
+		mark_special(b, root);
 		rc = 0;
 out:
 		json_decref(root);

@@ -271,13 +271,61 @@ static int encode_hf(struct enc *e, const uint8_t *s, size_t n, ds_tok_ids *out)
 	return stage_model(e, out);
 }
 
-static int encode_sp(struct enc *e, const uint8_t *s, size_t n, ds_tok_ids *out)
+static int encode_sp_run(struct enc *e, const uint8_t *s, size_t n,
+			 ds_tok_ids *out)
 {
+	e->wb.n = 0;
 	if (tk_normalize_sp(e->t, s, n, &e->wb, e->err))
 		return -1;
 	if (e->t->h->model == TB_SP_UNIGRAM)
 		return tk_unigram(e->t, e->wb.p, e->wb.n, out, e->w, e->err);
 	return tk_bpe_sp(e->t, e->wb.p, e->wb.n, out, e->w, e->err);
+}
+
+/* The longest special token at s that SentencePiece itself would not match:
+ * a CONTROL or UNKNOWN piece tokenizer_config.json names (0 if none). */
+static size_t sp_special_at(const ds_tok *t, const uint8_t *s, size_t n,
+			    int32_t *id)
+{
+	uint32_t cur = 0;
+	size_t best = 0;
+
+	for (size_t k = 0; k < n && k < t->max_added_len; k++) {
+		int32_t x;
+
+		if ((cur = tb_trie_step(t, 0, cur, s[k], &x)) == 0)
+			break;
+		if (x >= 0 && (t->tok[x].attr & (TA_CONTROL | TA_UNKNOWN))) {
+			best = k + 1;
+			*id = x;
+		}
+	}
+	return best;
+}
+
+/* SentencePiece as Hugging Face's (slow) tokenizers run it: the text is cut
+ * at those special tokens and each piece between is encoded on its own. */
+static int encode_sp(struct enc *e, const uint8_t *s, size_t n, ds_tok_ids *out)
+{
+	const ds_tok *t = e->t;
+	size_t i = 0, run = 0, m;
+	int32_t id = -1;
+
+	if (e->flags & DS_TOK_NO_SPECIAL)
+		return encode_sp_run(e, s, n, out);
+	while (i < n) {
+		if (!(t->first_raw[s[i] >> 3] >> (s[i] & 7) & 1) ||
+		    (m = sp_special_at(t, s + i, n - i, &id)) == 0) {
+			i++;
+			continue;
+		}
+		if (i > run && encode_sp_run(e, s + run, i - run, out))
+			return -1;
+		if (tk_ids_push(out, id, e->err))
+			return -1;
+		run = i += m;
+	}
+	return n > run || run == 0 ? encode_sp_run(e, s + run, n - run, out) : 0;
 }
 
 int ds_tok_encode(const ds_tok *t, const char *text, size_t len,

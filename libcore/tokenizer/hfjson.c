@@ -392,74 +392,99 @@ static int set_token(struct tb_builder *b, uint32_t id, const char *piece,
 	return 0;
 }
 
-static int read_vocab(struct tb_builder *b, json_t *vocab, json_t *added,
-		      ds_err *err)
+/* The largest id in the model's vocab, or -1 when it is empty. */
+static int vocab_max_id(json_t *vocab, json_int_t *maxid, ds_err *err)
 {
-	uint32_t cp_of[256];
-	int16_t byte_of[0x144];
-	json_int_t maxid = -1, amax = -1, *aid = NULL;
 	const char *k;
-	json_t *v, *e;
-	size_t i;
-	tb_buf tmp = { 0 };
-	int rc = -1;
+	json_t *v;
 
+	*maxid = -1;
 	json_object_foreach(vocab, k, v) {
 		json_int_t id = json_integer_value(v);
 
 		if (!json_is_integer(v) || id < 0 || id >= TB_MAX_VOCAB)
 			return ds_errf(err, "vocab: %s: bad id", k);
-		maxid = id > maxid ? id : maxid;
+		*maxid = id > *maxid ? id : *maxid;
 	}
-	/* Added tokens get their ids as Hugging Face assigns them on load
-	 * (AddedVocabulary::add_tokens), whatever "id" says: the model vocab's
-	 * id if the content is in it, else the next after the largest so far
-	 * (at least the vocab's size). */
-	aid = calloc(json_array_size(added) + 1, sizeof *aid);
-	if (aid == NULL)
-		return ds_errf(err, "out of memory");
+	return 0;
+}
+
+/* Added tokens get their ids as Hugging Face assigns them on load
+ * (AddedVocabulary::add_tokens), whatever "id" says: the model vocab's
+ * id if the content is in it, else the id of an earlier added token
+ * with the same content, else the next after the largest so far (at
+ * least the vocab's size).  AID[i] gets added_tokens[i]'s id. */
+static int added_ids(json_t *vocab, json_t *added, json_int_t *aid,
+		     json_int_t *maxid, ds_err *err)
+{
+	json_int_t amax = -1, nv = (json_int_t)json_object_size(vocab);
+	json_t *e;
+	size_t i;
+
 	json_array_foreach(added, i, e) {
 		const char *c = jstr(e, "content");
 		json_t *inv = c ? json_object_get(vocab, c) : NULL;
-		json_int_t id = -1;
+		json_int_t id = inv ? json_integer_value(inv) : -1;
 
-		if (c == NULL) {
-			free(aid);
+		if (c == NULL)
 			return ds_errf(err, "added_tokens[%zu]: no content", i);
-		}
-		if (inv != NULL)
-			id = json_integer_value(inv);
 		for (size_t j = 0; j < i && id < 0; j++)
 			if (strcmp(jstr(json_array_get(added, j), "content"), c) == 0)
 				id = aid[j];
-		if (id < 0) {
-			json_int_t nv = (json_int_t)json_object_size(vocab);
-
-			id = amax < 0 ? nv : (amax >= nv ? amax + 1 : nv);
-		}
-		if (id >= TB_MAX_VOCAB) {
-			free(aid);
-			return ds_errf(err, "added_tokens[%zu]: id %lld", i, (long long)id);
-		}
+		if (id < 0)
+			id = amax >= nv ? amax + 1 : nv;
+		if (id >= TB_MAX_VOCAB)
+			return ds_errf(err, "added_tokens[%zu]: id %lld", i,
+				       (long long)id);
 		aid[i] = id;
 		amax = id > amax ? id : amax;
-		maxid = id > maxid ? id : maxid;
+		*maxid = id > *maxid ? id : *maxid;
 	}
-	/* a table of maxid + 1 entries is allocated: ids far past the
-	 * number of tokens given would make a tiny file take gigabytes
-	 * (real vocabularies are dense) */
-	if (maxid >= 0 && (size_t)maxid > 2 * (json_object_size(vocab) +
-					       json_array_size(added)) + 1024) {
-		free(aid);
+	return 0;
+}
+
+/* A table of maxid + 1 entries is allocated: ids far past the number of
+ * tokens given would make a tiny file take gigabytes (real vocabularies
+ * are dense). */
+static int size_vocab(struct tb_builder *b, json_int_t maxid, size_t given,
+		      ds_err *err)
+{
+	if (maxid < 0)
+		return ds_errf(err, "empty vocabulary");
+	if ((size_t)maxid > 2 * given + 1024)
 		return ds_errf(err, "vocab: id %lld for %zu tokens: too sparse",
-			       (long long)maxid, json_object_size(vocab) +
-			       json_array_size(added));
+			       (long long)maxid, given);
+	return tb_set_vocab_size(b, (uint32_t)maxid + 1, err);
+}
+
+/* A SentencePiece-style byte piece "<0xAB>" (upper-case hex). */
+static void mark_byte_piece(struct tb_builder *b, uint32_t id, const char *k,
+			    size_t kn)
+{
+	char *end;
+	long bv;
+
+	if (kn != 6 || k[0] != '<' || k[1] != '0' || k[2] != 'x' || k[5] != '>' ||
+	    (b->flags & TBF_BYTE_LEVEL))
+		return;
+	bv = strtol(k + 3, &end, 16);
+	if (end == k + 5 && k[3] != '-' && k[3] != '+' &&
+	    !(k[3] >= 'a' && k[3] <= 'f') && !(k[4] >= 'a' && k[4] <= 'f')) {
+		b->tok[id].attr |= TA_BYTE | (uint32_t)bv << 24;
+		b->byte_ids[bv] = (int32_t)id;
 	}
-	if (maxid < 0 || tb_set_vocab_size(b, (uint32_t)maxid + 1, err) != 0) {
-		free(aid);
-		return maxid < 0 ? ds_errf(err, "empty vocabulary") : -1;
-	}
-	byte_map(cp_of);
+}
+
+/* The model's pieces; byte-level ones also get their raw bytes. */
+static int set_pieces(struct tb_builder *b, json_t *vocab,
+		      const uint32_t cp_of[256], ds_err *err)
+{
+	int16_t byte_of[0x144];
+	tb_buf tmp = { 0 };
+	const char *k;
+	json_t *v;
+	int rc = 0;
+
 	memset(byte_of, 0xff, sizeof byte_of);
 	for (int c = 0; c < 256; c++)
 		byte_of[cp_of[c]] = (int16_t)c;
@@ -469,70 +494,98 @@ static int read_vocab(struct tb_builder *b, json_t *vocab, json_t *added,
 		int m = 0;
 
 		if (b->tok[id].piece_len > 0 || b->tok[id].attr)
-			{ ds_errf(err, "vocab: id %u given twice", id); goto out; }
-		if (b->flags & TBF_BYTE_LEVEL) {
-			m = unmap(k, kn, byte_of, &tmp);
-			if (m < 0)
-				{ ds_errf(err, "out of memory"); goto out; }
-		}
-		if (m ? set_token(b, id, k, kn, tmp.p, tmp.n, TA_ENC, err)
-		      : set_token(b, id, k, kn, k, kn,
-				  (b->flags & TBF_BYTE_LEVEL) ? 0 : TA_ENC, err))
-			goto out;
-		if (kn == 6 && k[0] == '<' && k[1] == '0' && k[2] == 'x' &&
-		    k[5] == '>' && !(b->flags & TBF_BYTE_LEVEL)) {
-			char *end;
-			long bv = strtol(k + 3, &end, 16);
-
-			if (end == k + 5 && k[3] != '-' && k[3] != '+' &&
-			    !(k[3] >= 'a' && k[3] <= 'f') &&
-			    !(k[4] >= 'a' && k[4] <= 'f')) {
-				b->tok[id].attr |= TA_BYTE | (uint32_t)bv << 24;
-				b->byte_ids[bv] = (int32_t)id;
-			}
-		}
+			{ rc = ds_errf(err, "vocab: id %u given twice", id); break; }
+		if ((b->flags & TBF_BYTE_LEVEL) &&
+		    (m = unmap(k, kn, byte_of, &tmp)) < 0)
+			{ rc = ds_errf(err, "out of memory"); break; }
+		if ((rc = m ? set_token(b, id, k, kn, tmp.p, tmp.n, TA_ENC, err)
+			    : set_token(b, id, k, kn, k, kn,
+					(b->flags & TBF_BYTE_LEVEL) ? 0 : TA_ENC,
+					err)) != 0)
+			break;
+		mark_byte_piece(b, id, k, kn);
 	}
-	if (b->flags & TBF_BYTE_LEVEL) {
-		for (int c = 0; c < 256; c++) {
-			uint8_t u[4];
-			size_t l = tk_utf8_put(cp_of[c], u);
-			json_t *idv;
-			char key[5];
+	tb_buf_free(&tmp);
+	return rc;
+}
 
-			memcpy(key, u, l);
-			key[l] = '\0';
-			idv = json_object_get(vocab, key);
-			b->byte_ids[c] = idv ? (int32_t)json_integer_value(idv) : -1;
-		}
+/* Byte-level models: each byte's token is the piece of its code point. */
+static void byte_level_ids(struct tb_builder *b, json_t *vocab,
+			   const uint32_t cp_of[256])
+{
+	for (int c = 0; c < 256; c++) {
+		char key[5];
+		size_t l = tk_utf8_put(cp_of[c], (uint8_t *)key);
+		json_t *idv;
+
+		key[l] = '\0';
+		idv = json_object_get(vocab, key);
+		b->byte_ids[c] = idv ? (int32_t)json_integer_value(idv) : -1;
 	}
+}
+
+static uint32_t added_attr(json_t *e)
+{
+	int special = jbool(e, "special", 0);
+	uint32_t attr = TA_ADDED | (special ? TA_SPECIAL : 0);
+
+	if (jbool(e, "normalized", !special))
+		attr |= TA_NORMALIZED;
+	if (jbool(e, "lstrip", 0))
+		attr |= TA_LSTRIP;
+	if (jbool(e, "rstrip", 0))
+		attr |= TA_RSTRIP;
+	if (jbool(e, "single_word", 0))
+		attr |= TA_SINGLE_WORD;
+	return attr;
+}
+
+static int set_added(struct tb_builder *b, json_t *added, const json_int_t *aid,
+		     ds_err *err)
+{
+	json_t *e;
+	size_t i;
+
 	json_array_foreach(added, i, e) {
-		uint32_t id = (uint32_t)aid[i];
+		uint32_t id = (uint32_t)aid[i], attr = added_attr(e);
 		const char *c = jstr(e, "content");
-		int special = jbool(e, "special", 0);
-		uint32_t attr = TA_ADDED | (special ? TA_SPECIAL : 0);
+		size_t cn = strlen(c);
 
-		if (jbool(e, "normalized", !special))
-			attr |= TA_NORMALIZED;
-		if (jbool(e, "lstrip", 0))
-			attr |= TA_LSTRIP;
-		if (jbool(e, "rstrip", 0))
-			attr |= TA_RSTRIP;
-		if (jbool(e, "single_word", 0))
-			attr |= TA_SINGLE_WORD;
-		if (*c == '\0')
-			{ ds_errf(err, "added_tokens[%zu]: empty content", i); goto out; }
+		if (cn == 0)
+			return ds_errf(err, "added_tokens[%zu]: empty content", i);
 		/* An added token that is also a model piece stays reachable
 		 * by the model only if it is the very same piece. */
-		if (b->tok[id].piece_len == strlen(c) &&
-		    memcmp(b->pool.p + b->tok[id].piece_off, c, strlen(c)) == 0)
+		if (b->tok[id].piece_len == cn &&
+		    memcmp(b->pool.p + b->tok[id].piece_off, c, cn) == 0)
 			attr |= b->tok[id].attr & TA_ENC;
-		if (set_token(b, id, c, strlen(c), c, strlen(c), attr, err))
-			goto out;
+		if (set_token(b, id, c, cn, c, cn, attr, err))
+			return -1;
 	}
-	rc = 0;
-out:
+	return 0;
+}
+
+static int read_vocab(struct tb_builder *b, json_t *vocab, json_t *added,
+		      ds_err *err)
+{
+	uint32_t cp_of[256];
+	json_int_t maxid, *aid;
+	size_t given = json_object_size(vocab) + json_array_size(added);
+	int rc = -1;
+
+	if (vocab_max_id(vocab, &maxid, err) != 0)
+		return -1;
+	aid = calloc(json_array_size(added) + 1, sizeof *aid);
+	if (aid == NULL)
+		return ds_errf(err, "out of memory");
+	byte_map(cp_of);
+	if (added_ids(vocab, added, aid, &maxid, err) == 0 &&
+	    size_vocab(b, maxid, given, err) == 0 &&
+	    set_pieces(b, vocab, cp_of, err) == 0) {
+		if (b->flags & TBF_BYTE_LEVEL)
+			byte_level_ids(b, vocab, cp_of);
+		rc = set_added(b, added, aid, err);
+	}
 	free(aid);
-	tb_buf_free(&tmp);
 	return rc;
 }
 

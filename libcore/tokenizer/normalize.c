@@ -289,7 +289,8 @@ size_t tk_user_match(const ds_tok *t, const uint8_t *s, size_t n)
 
 		if ((cur = tb_trie_step(t, 0, cur, s[k], &id)) == 0)
 			break;
-		if (id >= 0)
+		/* (not the CONTROL and UNKNOWN pieces a config names special) */
+		if (id >= 0 && !(t->tok[id].attr & (TA_CONTROL | TA_UNKNOWN)))
 			best = k + 1;
 	}
 	return best;

@@ -453,107 +453,125 @@ static size_t class_escape(const char *p, size_t n, struct uclass *c, int *neg,
 	return 0;
 }
 
+/* The translation of one pattern: the input, where it is, the output,
+ * and the character-class state (0 outside, 1 inside, 2 right after the
+ * opening "[" or "[^", where "]" is a literal). */
+struct rx {
+	const char *p;
+	size_t n, i;
+	tb_buf o;
+	int in_cls;
+	ds_err *err;
+};
+
+/* An escape at x->i: a class escape (\d \s \w \p{..} ...) becomes
+ * explicit ranges, Ruby's \uHHHH becomes \x{HHHH}, any other escape is
+ * copied with the character it escapes.  -1 on a bad escape (err
+ * says which), -2 out of memory. */
+static int rx_escape(struct rx *x)
+{
+	const char *s = x->p + x->i;
+	size_t left = x->n - x->i, k, l = 0;
+	struct uclass uc;
+	int neg, bad, rc;
+	uint32_t cp;
+
+	if (x->in_cls)
+		x->in_cls = 1;
+	k = class_escape(s, left, &uc, &neg, x->err, &bad);
+	if (bad)
+		return -1;
+	if (k > 0) {
+		if (x->in_cls)
+			rc = emit_ranges(&x->o, &uc, neg);
+		else /* outside a class: [...] or [^...] */
+			rc = put(&x->o, neg ? "[^" : "[") |
+			     emit_ranges(&x->o, &uc, 0) | put(&x->o, "]");
+		x->i += k;
+		return rc ? -2 : 0;
+	}
+	if (left > 5 && s[1] == 'u') {
+		char t[16];
+
+		snprintf(t, sizeof t, "\\x{%.4s}", s + 2);
+		x->i += 6;
+		return put(&x->o, t) ? -2 : 0;
+	}
+	if (left > 1 && (l = tk_utf8_len((const uint8_t *)s + 1, left - 1, &cp)) == 0)
+		l = 1;
+	x->i += 1 + l;
+	return tb_buf_put(&x->o, s, 1 + l) ? -2 : 0;
+}
+
+/* Inside a class, at x->i: a POSIX [:name:] is copied whole; nested
+ * classes and && are refused.  1 when it consumed input, 0 when the
+ * character is to be copied, -1 on error (err says which), -2 out of
+ * memory. */
+static int rx_class(struct rx *x)
+{
+	const char *s = x->p + x->i;
+	size_t left = x->n - x->i;
+
+	if (s[0] == ']') {
+		x->in_cls = x->in_cls > 1; /* first char: a literal ']' */
+		return 0;
+	}
+	if (s[0] == '[' && left > 1 && s[1] == ':') {
+		for (size_t j = 2; j + 1 < left; j++)
+			if (s[j] == ':' && s[j + 1] == ']') {
+				x->i += j + 2;
+				return tb_buf_put(&x->o, s, j + 2) ? -2 : 1;
+			}
+		ds_errf(x->err, "regex: unterminated [:class:]");
+		return -1;
+	}
+	if (s[0] == '[' || (s[0] == '&' && left > 1 && s[1] == '&')) {
+		ds_errf(x->err, "regex: nested character classes and && are not "
+			"supported");
+		return -1;
+	}
+	x->in_cls = 1;
+	return 0;
+}
+
+/* Translate an Oniguruma pattern (as tokenizer.json files carry) into
+ * PCRE2 syntax; a NUL-terminated string to free, NULL on error. */
 char *tk_onig_to_pcre2(const char *pat, size_t n, ds_err *err)
 {
-	tb_buf o = { 0 };
-	int in_cls = 0, rc = 0;
-	size_t i = 0;
+	struct rx x = { .p = pat, .n = n, .err = err };
+	int rc = 0;
 
-	while (i < n && rc == 0) {
-		char c = pat[i];
+	while (x.i < n && rc >= 0) {
+		char c = pat[x.i];
 
 		if (c == '\\') {
-			struct uclass uc;
-			int neg, bad;
-
-			if (in_cls)
-				in_cls = 1;
-			size_t k = class_escape(pat + i, n - i, &uc, &neg, err, &bad);
-
-			if (bad) {
-				tb_buf_free(&o);
-				return NULL;
-			}
-			if (k > 0) {
-				if (in_cls) {
-					rc = emit_ranges(&o, &uc, neg);
-				} else {
-					/* outside a class: [...] or [^...] */
-					rc = put(&o, neg ? "[^" : "[");
-					rc |= emit_ranges(&o, &uc, 0);
-					rc |= put(&o, "]");
-				}
-				i += k;
-				continue;
-			}
-			if (i + 1 < n && pat[i + 1] == 'u' && i + 5 < n) {
-				/* Ruby's \uHHHH */
-				char t[16];
-
-				snprintf(t, sizeof t, "\\x{%.4s}", pat + i + 2);
-				rc = put(&o, t);
-				i += 6;
-				continue;
-			}
-			/* any other escape: copy it with the char it escapes */
-			{
-				uint32_t cp;
-				size_t l = i + 1 < n ? tk_utf8_len((const uint8_t *)pat + i + 1,
-								   n - i - 1, &cp) : 0;
-
-				if (l == 0)
-					l = i + 1 < n ? 1 : 0;
-				rc = tb_buf_put(&o, pat + i, 1 + l);
-				i += 1 + l;
-			}
+			rc = rx_escape(&x);
 			continue;
 		}
-		if (in_cls) {
-			if (c == ']' && in_cls > 1) {
-				in_cls = 1; /* end of the first char: literal ']' */
-			} else if (c == ']') {
-				in_cls = 0;
-			} else if (c == '[' && i + 1 < n && pat[i + 1] == ':') {
-				/* POSIX class: copy through the closing ":]" */
-				const char *end = strstr(pat + i, ":]");
-
-				if (end == NULL || (size_t)(end - pat) >= n) {
-					tb_buf_free(&o);
-					ds_errf(err, "regex: unterminated [:class:]");
-					return NULL;
-				}
-				rc = tb_buf_put(&o, pat + i, (size_t)(end + 2 - (pat + i)));
-				i = (size_t)(end + 2 - pat);
+		if (x.in_cls) {
+			rc = rx_class(&x);
+			if (rc != 0)
 				continue;
-			} else if (c == '[' || (c == '&' && i + 1 < n && pat[i + 1] == '&')) {
-				tb_buf_free(&o);
-				ds_errf(err, "regex: nested character classes and && "
-					"are not supported");
-				return NULL;
-			} else {
-				in_cls = 1;
-			}
 		} else if (c == '[') {
-			in_cls = 2; /* a ']' right after '[' or '[^' is literal */
-			rc = tb_buf_put(&o, "[", 1);
-			i++;
-			if (i < n && pat[i] == '^') {
-				rc |= tb_buf_put(&o, "^", 1);
-				i++;
-			}
+			int caret = x.i + 1 < n && pat[x.i + 1] == '^';
+
+			x.in_cls = 2;
+			x.i += 1 + caret;
+			rc = put(&x.o, caret ? "[^" : "[") ? -2 : 0;
 			continue;
 		}
-		rc = tb_buf_put(&o, &c, 1);
-		i++;
+		rc = tb_buf_put(&x.o, &c, 1) ? -2 : 0;
+		x.i++;
 	}
-	if (rc == 0)
-		rc = tb_buf_put(&o, "", 1);
-	if (rc != 0) {
-		tb_buf_free(&o);
-		ds_errf(err, "out of memory");
+	if (rc >= 0 && tb_buf_put(&x.o, "", 1) != 0)
+		rc = -2;
+	if (rc < 0) {
+		if (rc == -2)
+			ds_errf(err, "out of memory");
+		tb_buf_free(&x.o);
 		return NULL;
 	}
-	return (char *)o.p;
+	return (char *)x.o.p;
 }
 
 /* ---- compiling -------------------------------------------------------------- */

@@ -263,7 +263,7 @@ static int da_grow(struct trie_out *o, uint64_t need, uint64_t *cap)
 }
 
 static int build_trie(const struct tb_builder *b, uint32_t want,
-		      struct trie_out *o)
+		      uint32_t skip, struct trie_out *o)
 {
 	uint64_t total = 1, cap = 0;
 	struct tnode *nd;
@@ -272,7 +272,7 @@ static int build_trie(const struct tb_builder *b, uint32_t want,
 
 	memset(o, 0, sizeof *o);
 	for (uint32_t i = 0; i < b->n_tok; i++)
-		if (b->tok[i].attr & want)
+		if ((b->tok[i].attr & want) && !(b->tok[i].attr & skip))
 			total += b->tok[i].text_len;
 	if (total > UINT32_MAX / 64)
 		return -1;
@@ -285,7 +285,7 @@ static int build_trie(const struct tb_builder *b, uint32_t want,
 	for (uint32_t i = 0; i < b->n_tok; i++) {
 		const struct tb_token *t = &b->tok[i];
 
-		if ((t->attr & want) && t->text_len > 0)
+		if ((t->attr & want) && !(t->attr & skip) && t->text_len > 0)
 			tree_add(nd, &nn, b->pool.p + t->text_off, t->text_len,
 				 (int32_t)i);
 	}
@@ -372,76 +372,108 @@ static void lay(struct layout *l, uint32_t kind, const void *p, uint32_t count,
 	l->end += size;
 }
 
+/* The tables built for the image; freed by free_tables. */
+struct tables {
+	uint32_t *ph, *eh, np, ne, nm;
+	struct tb_merge *mg;
+	struct trie_out added, uni;
+	struct tb_added_info ai;
+};
+
+static int build_tables(struct tb_builder *b, struct tables *tb, ds_err *err)
+{
+	int bad;
+
+	tb->ph = build_token_hash(b, 0, &tb->np);
+	tb->eh = build_token_hash(b, 1, &tb->ne);
+	if (b->model == TB_HF_BPE)
+		tb->mg = build_merges(b, &tb->nm);
+	bad = build_trie(b, TA_ADDED, 0, &tb->added);
+	/* (CONTROL and UNKNOWN pieces are added tokens when a config names
+	 * them special; the lattice never uses them) */
+	bad |= build_trie(b, b->model == TB_SP_UNIGRAM ?
+			  (TA_NORMAL | TA_ADDED | TA_UNUSED) : 0,
+			  TA_CONTROL | TA_UNKNOWN, &tb->uni);
+	added_info(b, &tb->ai);
+	if (tb->ph == NULL || tb->eh == NULL || bad ||
+	    (b->model == TB_HF_BPE && tb->mg == NULL))
+		return ds_errf(err, "out of memory building the tokenizer tables");
+	return 0;
+}
+
+static void free_tables(struct tables *tb)
+{
+	free(tb->ph);
+	free(tb->eh);
+	free(tb->mg);
+	free(tb->added.da);
+	free(tb->uni.da);
+}
+
+/* Every section, in file order. */
+static void lay_out(struct layout *l, struct tb_builder *b, struct tables *tb)
+{
+	l->end = sizeof(struct tb_header) + TS_NKIND * sizeof(struct tb_sect);
+	lay(l, TS_BYTE_IDS, b->byte_ids, 256, sizeof b->byte_ids);
+	lay(l, TS_ADDED_INFO, &tb->ai, 1, sizeof tb->ai);
+	lay(l, TS_NORM, b->norm, b->n_norm,
+	    (uint64_t)b->n_norm * sizeof(struct tb_op));
+	lay(l, TS_PRETOK, b->pretok, b->n_pretok,
+	    (uint64_t)b->n_pretok * sizeof(struct tb_op));
+	lay(l, TS_POOL, b->pool.p, (uint32_t)b->pool.n, b->pool.n);
+	lay(l, TS_TOKENS, b->tok, b->n_tok, (uint64_t)b->n_tok * sizeof *b->tok);
+	lay(l, TS_PIECE_HASH, tb->ph, tb->np, (uint64_t)tb->np * 4);
+	lay(l, TS_ENC_HASH, tb->eh, tb->ne, (uint64_t)tb->ne * 4);
+	if (tb->mg != NULL)
+		lay(l, TS_MERGES, tb->mg, tb->nm, (uint64_t)tb->nm * sizeof *tb->mg);
+	lay(l, TS_ADDED_DA, tb->added.da, tb->added.n,
+	    (uint64_t)tb->added.n * sizeof *tb->added.da);
+	if (b->model == TB_SP_UNIGRAM)
+		lay(l, TS_UNI_DA, tb->uni.da, tb->uni.n,
+		    (uint64_t)tb->uni.n * sizeof *tb->uni.da);
+	if (b->charsmap_len > 0)
+		lay(l, TS_CHARSMAP, b->pool.p + b->charsmap_off, b->charsmap_len,
+		    b->charsmap_len);
+}
+
+static void fill_header(struct tb_header *h, const struct tb_builder *b,
+			const struct layout *l)
+{
+	memcpy(h->magic, TB_MAGIC, 8);
+	h->version = TB_VERSION;
+	h->header_size = sizeof *h;
+	h->file_size = l->end;
+	h->model = b->model;
+	h->flags = b->flags;
+	h->n_vocab = b->n_tok;
+	h->n_sect = l->n;
+	h->bos = b->bos;
+	h->eos = b->eos;
+	h->eot = b->eot;
+	h->unk = b->unk;
+	h->pad = b->pad;
+	h->min_score = b->min_score;
+	h->max_score = b->max_score;
+	memcpy(h->chat, b->chat, sizeof h->chat);
+	h->chat[sizeof h->chat - 1] = '\0';
+	memcpy(h->pcre_unicode, b->pcre_unicode, sizeof h->pcre_unicode);
+	h->pcre_unicode[sizeof h->pcre_unicode - 1] = '\0';
+}
+
 int tb_finish(struct tb_builder *b, uint8_t **out, size_t *len, ds_err *err)
 {
+	struct tables tb = { 0 };
 	struct layout l = { 0 };
 	struct tb_header h = { 0 };
-	uint32_t np = 0, ne = 0, nm = 0;
-	uint32_t *ph = NULL, *eh = NULL;
-	struct tb_merge *mg = NULL;
-	struct trie_out added = { 0 }, uni = { 0 };
-	struct tb_added_info ai;
-	int rc = -1, bad;
 	uint8_t *img = NULL;
 
-	memcpy(h.chat, b->chat, sizeof h.chat);
-	h.chat[sizeof h.chat - 1] = '\0';
-	memcpy(h.pcre_unicode, b->pcre_unicode, sizeof h.pcre_unicode);
-	h.pcre_unicode[sizeof h.pcre_unicode - 1] = '\0';
-	ph = build_token_hash(b, 0, &np);
-	eh = build_token_hash(b, 1, &ne);
-	if (b->model == TB_HF_BPE)
-		mg = build_merges(b, &nm);
-	bad = build_trie(b, TA_ADDED, &added);
-	bad |= build_trie(b, b->model == TB_SP_UNIGRAM ? (TA_NORMAL | TA_ADDED |
-					    TA_UNUSED) : 0, &uni);
-	if (ph == NULL || eh == NULL || (b->model == TB_HF_BPE && mg == NULL) ||
-	    bad) {
-		ds_errf(err, "out of memory building the tokenizer tables");
+	if (build_tables(b, &tb, err) != 0)
 		goto out;
-	}
-	l.end = sizeof h + TS_NKIND * sizeof(struct tb_sect);
-	added_info(b, &ai);
-	lay(&l, TS_BYTE_IDS, b->byte_ids, 256, sizeof b->byte_ids);
-	lay(&l, TS_ADDED_INFO, &ai, 1, sizeof ai);
-	lay(&l, TS_NORM, b->norm, b->n_norm,
-	    (uint64_t)b->n_norm * sizeof(struct tb_op));
-	lay(&l, TS_PRETOK, b->pretok, b->n_pretok,
-	    (uint64_t)b->n_pretok * sizeof(struct tb_op));
-	lay(&l, TS_POOL, b->pool.p, (uint32_t)b->pool.n, b->pool.n);
-	lay(&l, TS_TOKENS, b->tok, b->n_tok,
-	    (uint64_t)b->n_tok * sizeof *b->tok);
-	lay(&l, TS_PIECE_HASH, ph, np, (uint64_t)np * 4);
-	lay(&l, TS_ENC_HASH, eh, ne, (uint64_t)ne * 4);
-	if (mg != NULL)
-		lay(&l, TS_MERGES, mg, nm, (uint64_t)nm * sizeof *mg);
-	lay(&l, TS_ADDED_DA, added.da, added.n,
-	    (uint64_t)added.n * sizeof *added.da);
-	if (b->model == TB_SP_UNIGRAM)
-		lay(&l, TS_UNI_DA, uni.da, uni.n, (uint64_t)uni.n * sizeof *uni.da);
-	if (b->charsmap_len > 0)
-		lay(&l, TS_CHARSMAP, b->pool.p + b->charsmap_off, b->charsmap_len,
-		    b->charsmap_len);
-
-	memcpy(h.magic, TB_MAGIC, 8);
-	h.version = TB_VERSION;
-	h.header_size = sizeof h;
-	h.file_size = l.end;
-	h.model = b->model;
-	h.flags = b->flags;
-	h.n_vocab = b->n_tok;
-	h.n_sect = l.n;
-	h.bos = b->bos;
-	h.eos = b->eos;
-	h.eot = b->eot;
-	h.unk = b->unk;
-	h.pad = b->pad;
-	h.min_score = b->min_score;
-	h.max_score = b->max_score;
+	lay_out(&l, b, &tb);
+	fill_header(&h, b, &l);
 	img = calloc(1, l.end);
 	if (img == NULL) {
-		ds_errf(err, "out of memory (%llu bytes)",
-			(unsigned long long)l.end);
+		ds_errf(err, "out of memory (%llu bytes)", (unsigned long long)l.end);
 		goto out;
 	}
 	memcpy(img, &h, sizeof h);
@@ -451,14 +483,9 @@ int tb_finish(struct tb_builder *b, uint8_t **out, size_t *len, ds_err *err)
 			memcpy(img + l.s[i].off, l.data[i], l.s[i].size);
 	*out = img;
 	*len = l.end;
-	rc = 0;
 out:
-	free(ph);
-	free(eh);
-	free(mg);
-	free(added.da);
-	free(uni.da);
-	return rc;
+	free_tables(&tb);
+	return img != NULL ? 0 : -1;
 }
 
 /* ---- opening an image -------------------------------------------------------- */
@@ -506,13 +533,9 @@ static int check_ops(ds_tok *t, const struct tb_op *ops, uint32_t n,
 	return 0;
 }
 
-int tb_open(ds_tok *t, ds_err *err)
+static int check_header(const ds_tok *t, const struct tb_header *h,
+			ds_err *err)
 {
-	const struct tb_header *h = (const void *)t->base;
-	const struct tb_sect *st;
-	const void *p;
-	uint32_t n, seen = 0;
-
 	if (t->size < sizeof *h || memcmp(h->magic, TB_MAGIC, 8) != 0)
 		return ds_errf(err, "%s: not a ds tokenizer.bin (bad magic)",
 			       t->name);
@@ -525,136 +548,150 @@ int tb_open(ds_tok *t, ds_err *err)
 			       "%zu", t->name, (unsigned long long)h->file_size,
 			       t->size);
 	if (h->n_sect > TS_NKIND ||
-	    sizeof *h + (uint64_t)h->n_sect * sizeof *st > t->size)
+	    sizeof *h + (uint64_t)h->n_sect * sizeof(struct tb_sect) > t->size)
 		return ds_errf(err, "%s: %u sections", t->name, h->n_sect);
 	if (h->model < TB_HF_BPE || h->model > TB_SP_UNIGRAM ||
 	    h->n_vocab == 0 || h->n_vocab > TB_MAX_VOCAB)
 		return ds_errf(err, "%s: model %u with %u tokens", t->name,
 			       h->model, h->n_vocab);
-	t->h = h;
-	st = (const void *)(t->base + sizeof *h);
-	for (uint32_t i = 0; i < h->n_sect; i++) {
-		const struct tb_sect *s = &st[i];
-		int rc = 0;
-
-		if (s->kind == 0 || s->kind >= TS_NKIND || (seen >> s->kind & 1))
-			return ds_errf(err, "%s: section %u: kind %u unknown or "
-				       "repeated", t->name, i, s->kind);
-		seen |= 1u << s->kind;
-		switch (s->kind) {
-		case TS_POOL:
-			rc = sect(t, s, 1, 0, &p, &n, err);
-			t->pool = p;
-			t->pool_len = n;
-			break;
-		case TS_TOKENS:
-			rc = sect(t, s, sizeof *t->tok, 0, &p, &n, err);
-			t->tok = p;
-			if (rc == 0 && n != h->n_vocab)
-				rc = ds_errf(err, "%s: %u token entries for a "
-					     "vocabulary of %u", t->name, n,
-					     h->n_vocab);
-			break;
-		case TS_PIECE_HASH:
-			rc = sect(t, s, 4, 1, &p, &n, err);
-			t->piece_hash = p;
-			t->piece_mask = n - 1;
-			break;
-		case TS_ENC_HASH:
-			rc = sect(t, s, 4, 1, &p, &n, err);
-			t->enc_hash = p;
-			t->enc_mask = n - 1;
-			break;
-		case TS_MERGES:
-			rc = sect(t, s, sizeof *t->merges, 1, &p, &n, err);
-			t->merges = p;
-			t->merge_mask = n - 1;
-			break;
-		case TS_BYTE_IDS:
-			rc = sect(t, s, 4, 0, &p, &n, err);
-			t->byte_ids = p;
-			if (rc == 0 && n != 256)
-				rc = ds_errf(err, "%s: %u byte ids", t->name, n);
-			break;
-		case TS_ADDED_DA:
-			rc = sect(t, s, sizeof *t->added, 0, &p, &n, err);
-			t->added = p;
-			t->n_added = n;
-			break;
-		case TS_UNI_DA:
-			rc = sect(t, s, sizeof *t->uni, 0, &p, &n, err);
-			t->uni = p;
-			t->n_uni = n;
-			break;
-		case TS_CHARSMAP:
-			rc = sect(t, s, 1, 0, &p, &n, err);
-			t->charsmap = p;
-			t->charsmap_len = n;
-			break;
-		case TS_NORM:
-			rc = sect(t, s, sizeof *t->norm, 0, &p, &n, err);
-			t->norm = p;
-			t->n_norm = n;
-			break;
-		case TS_PRETOK:
-			rc = sect(t, s, sizeof *t->pretok, 0, &p, &n, err);
-			t->pretok = p;
-			t->n_pretok = n;
-			break;
-		case TS_ADDED_INFO: {
-			const struct tb_added_info *ai;
-
-			rc = sect(t, s, sizeof *ai, 0, &p, &n, err);
-			ai = p;
-			if (rc == 0 && n != 1)
-				rc = ds_errf(err, "%s: %u added-token infos",
-					     t->name, n);
-			if (rc == 0) {
-				t->max_added_len = ai->max_len;
-				t->has_norm_added = ai->has_norm != 0;
-				t->first_raw = ai->first_raw;
-				t->first_norm = ai->first_norm;
-			}
-			break;
-		}
-		}
-		if (rc != 0)
-			return -1;
-	}
-	{
-		uint32_t need = 1u << TS_POOL | 1u << TS_TOKENS |
-				1u << TS_PIECE_HASH | 1u << TS_ENC_HASH |
-				1u << TS_BYTE_IDS | 1u << TS_ADDED_DA | 1u << TS_NORM |
-				1u << TS_PRETOK | 1u << TS_ADDED_INFO;
-
-		if (h->model == TB_HF_BPE)
-			need |= 1u << TS_MERGES;
-		if (h->model == TB_SP_UNIGRAM)
-			need |= 1u << TS_UNI_DA;
-		if ((seen & need) != need)
-			return ds_errf(err, "%s: sections missing (have %#x, "
-				       "need %#x)", t->name, seen, need);
-	}
-	if (check_ops(t, t->norm, t->n_norm, "normalizer", err) != 0 ||
-	    check_ops(t, t->pretok, t->n_pretok, "pre-tokenizer", err) != 0)
-		return -1;
-	for (int i = 0; i < 256; i++)
-		if (t->byte_ids[i] < -1 || t->byte_ids[i] >= (int32_t)h->n_vocab)
-			return ds_errf(err, "%s: byte %d: token %d outside the "
-				       "vocabulary", t->name, i, t->byte_ids[i]);
-	{
-		const int32_t ids[5] = { h->bos, h->eos, h->eot, h->unk, h->pad };
-
-		for (int i = 0; i < 5; i++)
-			if (ids[i] < -1 || ids[i] >= (int32_t)h->n_vocab)
-				return ds_errf(err, "%s: special token id %d "
-					       "outside the vocabulary",
-					       t->name, ids[i]);
-	}
 	if (memchr(h->chat, '\0', sizeof h->chat) == NULL ||
 	    memchr(h->pcre_unicode, '\0', sizeof h->pcre_unicode) == NULL)
 		return ds_errf(err, "%s: chat template name not terminated",
 			       t->name);
+	return 0;
+}
+
+/* Each section kind: its entry size and whether its count is a power
+ * of 2 (hash tables, probed with a mask). */
+static const struct {
+	uint16_t elem;
+	uint8_t pow2;
+} sect_rule[TS_NKIND] = {
+	[TS_POOL] = { 1, 0 },
+	[TS_TOKENS] = { sizeof(struct tb_token), 0 },
+	[TS_PIECE_HASH] = { 4, 1 },
+	[TS_ENC_HASH] = { 4, 1 },
+	[TS_MERGES] = { sizeof(struct tb_merge), 1 },
+	[TS_BYTE_IDS] = { 4, 0 },
+	[TS_ADDED_DA] = { sizeof(struct tb_da), 0 },
+	[TS_UNI_DA] = { sizeof(struct tb_da), 0 },
+	[TS_CHARSMAP] = { 1, 0 },
+	[TS_NORM] = { sizeof(struct tb_op), 0 },
+	[TS_PRETOK] = { sizeof(struct tb_op), 0 },
+	[TS_ADDED_INFO] = { sizeof(struct tb_added_info), 0 },
+};
+
+/* Point the tokenizer's table for section kind K at P, N entries. */
+static void bind_sect(ds_tok *t, uint32_t k, const void *p, uint32_t n)
+{
+	const struct tb_added_info *ai = p;
+
+	switch (k) {
+	case TS_POOL: t->pool = p; t->pool_len = n; break;
+	case TS_TOKENS: t->tok = p; break;
+	case TS_PIECE_HASH: t->piece_hash = p; t->piece_mask = n - 1; break;
+	case TS_ENC_HASH: t->enc_hash = p; t->enc_mask = n - 1; break;
+	case TS_MERGES: t->merges = p; t->merge_mask = n - 1; break;
+	case TS_BYTE_IDS: t->byte_ids = p; break;
+	case TS_ADDED_DA: t->added = p; t->n_added = n; break;
+	case TS_UNI_DA: t->uni = p; t->n_uni = n; break;
+	case TS_CHARSMAP: t->charsmap = p; t->charsmap_len = n; break;
+	case TS_NORM: t->norm = p; t->n_norm = n; break;
+	case TS_PRETOK: t->pretok = p; t->n_pretok = n; break;
+	case TS_ADDED_INFO:
+		t->max_added_len = ai->max_len;
+		t->has_norm_added = ai->has_norm != 0;
+		t->first_raw = ai->first_raw;
+		t->first_norm = ai->first_norm;
+		break;
+	}
+}
+
+/* The entry counts a section kind must have, where it is fixed. */
+static int check_count(const ds_tok *t, uint32_t k, uint32_t n, ds_err *err)
+{
+	if (k == TS_TOKENS && n != t->h->n_vocab)
+		return ds_errf(err, "%s: %u token entries for a vocabulary of "
+			       "%u", t->name, n, t->h->n_vocab);
+	if (k == TS_BYTE_IDS && n != 256)
+		return ds_errf(err, "%s: %u byte ids", t->name, n);
+	if (k == TS_ADDED_INFO && n != 1)
+		return ds_errf(err, "%s: %u added-token infos", t->name, n);
+	return 0;
+}
+
+/* Read the section table; *seen gets a bit per kind present. */
+static int read_sects(ds_tok *t, uint32_t *seen, ds_err *err)
+{
+	const struct tb_sect *st = (const void *)(t->base + sizeof *t->h);
+
+	*seen = 0;
+	for (uint32_t i = 0; i < t->h->n_sect; i++) {
+		const struct tb_sect *s = &st[i];
+		const void *p = NULL;
+		uint32_t n = 0;
+
+		if (s->kind == 0 || s->kind >= TS_NKIND || (*seen >> s->kind & 1))
+			return ds_errf(err, "%s: section %u: kind %u unknown or "
+				       "repeated", t->name, i, s->kind);
+		*seen |= 1u << s->kind;
+		if (sect(t, s, sect_rule[s->kind].elem, sect_rule[s->kind].pow2,
+			 &p, &n, err) != 0 ||
+		    check_count(t, s->kind, n, err) != 0)
+			return -1;
+		bind_sect(t, s->kind, p, n);
+	}
+	return 0;
+}
+
+static int check_required(const ds_tok *t, uint32_t seen, ds_err *err)
+{
+	uint32_t need = 1u << TS_POOL | 1u << TS_TOKENS | 1u << TS_PIECE_HASH |
+			1u << TS_ENC_HASH | 1u << TS_BYTE_IDS |
+			1u << TS_ADDED_DA | 1u << TS_NORM | 1u << TS_PRETOK |
+			1u << TS_ADDED_INFO;
+
+	if (t->h->model == TB_HF_BPE)
+		need |= 1u << TS_MERGES;
+	if (t->h->model == TB_SP_UNIGRAM)
+		need |= 1u << TS_UNI_DA;
+	if ((seen & need) != need)
+		return ds_errf(err, "%s: sections missing (have %#x, need %#x)",
+			       t->name, seen, need);
+	return 0;
+}
+
+/* Byte and special-token ids inside the vocabulary (-1: none). */
+static int check_ids(const ds_tok *t, ds_err *err)
+{
+	const struct tb_header *h = t->h;
+	const int32_t ids[5] = { h->bos, h->eos, h->eot, h->unk, h->pad };
+	int32_t nv = (int32_t)h->n_vocab;
+
+	for (int i = 0; i < 256; i++)
+		if (t->byte_ids[i] < -1 || t->byte_ids[i] >= nv)
+			return ds_errf(err, "%s: byte %d: token %d outside the "
+				       "vocabulary", t->name, i, t->byte_ids[i]);
+	for (int i = 0; i < 5; i++)
+		if (ids[i] < -1 || ids[i] >= nv)
+			return ds_errf(err, "%s: special token id %d outside "
+				       "the vocabulary", t->name, ids[i]);
+	return 0;
+}
+
+int tb_open(ds_tok *t, ds_err *err)
+{
+	const struct tb_header *h = (const void *)t->base;
+	uint32_t seen;
+
+	if (check_header(t, h, err) != 0)
+		return -1;
+	t->h = h;
+	if (read_sects(t, &seen, err) != 0 || check_required(t, seen, err) != 0 ||
+	    check_ops(t, t->norm, t->n_norm, "normalizer", err) != 0 ||
+	    check_ops(t, t->pretok, t->n_pretok, "pre-tokenizer", err) != 0 ||
+	    check_ids(t, err) != 0)
+		return -1;
 	memcpy(t->chat, h->chat, sizeof h->chat);
 	/* Entries are checked where they are used: a check of every one
 	 * here would read all 12 MB of a 128k vocabulary at load. */

@@ -353,7 +353,9 @@ EOF
 	sse "$T/sse" >"$T/s"
 	[ "$(j "$T/s" 'd["text"]')" = "$(j "$T/whole" 'd["choices"][0]["text"]')" ]
 	[ "$(j "$T/s" 'd["finish"], d["object"], d["ids"], d["usage"]')" = "('length', 'text_completion', 1, None)" ]
-	[ "$(j "$T/s" 'd["n"] > 2')" = True ]
+	# text that piled up while the client was not reading goes out as one
+	# chunk, so a loaded machine may send the whole answer in one
+	[ "$(j "$T/s" 'd["n"] >= 2')" = True ]
 	# chat: a role chunk first; include_usage adds the usage chunk
 	B='"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 12, "temperature": 0, "ignore_eos": true'
 	post /v1/chat/completions "{$B}"

@@ -13,6 +13,7 @@
 
 #include "harness.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/tok_int.h"
 
 static char dir[] = "/tmp/ds-tok-test-XXXXXX";
 static uint64_t seed;
@@ -564,6 +565,42 @@ static void test_convert_meta(void)
 	json_decref(meta);
 }
 
+/* The Oniguruma-to-PCRE2 translation, by its rules: classes and their
+ * literal first "]", POSIX names copied, \uHHHH, other escapes kept;
+ * nested classes, && and an unterminated [: refused. */
+static void test_onig_translation(void)
+{
+	static const char *const same[] = {
+		"a[]b]c", "[^]a]", "[[:alpha:]x]", "\\.\\(", "(?i:'s|'t)",
+		"x\\]", "[\\]]",
+	};
+	static const char *const bad[] = { "[a[b]]", "[a&&b]", "[[:alpha" };
+	ds_err err = { { 0 } };
+	char *p;
+
+	for (size_t i = 0; i < sizeof same / sizeof *same; i++) {
+		p = tk_onig_to_pcre2(same[i], strlen(same[i]), &err);
+		T_CHECKF(p && strcmp(p, same[i]) == 0, "%s -> %s", same[i],
+			 p ? p : err.msg);
+		free(p);
+	}
+	p = tk_onig_to_pcre2("\\u00e9+", 7, &err);
+	T_CHECKF(p && strcmp(p, "\\x{00e9}+") == 0, "\\u: %s", p ? p : err.msg);
+	free(p);
+	p = tk_onig_to_pcre2("\\s", 2, &err);
+	T_CHECKF(p && p[0] == '[' && p[strlen(p) - 1] == ']', "\\s: %s", p ? p : "");
+	free(p);
+	/* a pattern that is not NUL-terminated ends where n says */
+	p = tk_onig_to_pcre2("[[:alpha:]]", 6, &err);
+	T_CHECK(p == NULL);
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		p = tk_onig_to_pcre2(bad[i], strlen(bad[i]), &err);
+		T_CHECKF(p == NULL && strncmp(err.msg, "regex: ", 7) == 0, "%s: %s",
+			 bad[i], err.msg);
+		free(p);
+	}
+}
+
 int main(void)
 {
 	seed = t_seed();
@@ -583,6 +620,7 @@ int main(void)
 	T_RUN(test_concurrent_encodes);
 	T_RUN(test_chat_template_names);
 	T_RUN(test_convert_meta);
+	T_RUN(test_onig_translation);
 	{
 		char cmd[300];
 
