@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "serve/serve.h"
@@ -30,8 +31,8 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: %s -m DIR [--host ADDR] [--port N] [--threads N] [--parallel N]\n"
 		"                [--ctx-size N] [--queue N] [--api-key KEY | --api-key-file FILE]\n"
-		"                [--max-body BYTES] [--timeout S] [--cpus LIST] [--hugepages]\n"
-		"                [--numa MODE] [--verbose]\n",
+		"                [--max-body BYTES] [--timeout S] [--max-conns N] [--cpus LIST]\n"
+		"                [--hugepages] [--numa MODE] [--verbose]\n",
 		prog);
 }
 
@@ -64,6 +65,7 @@ typedef struct opts {
 enum {
 	O_KEY = 256, O_KEYFILE, O_CPUS, O_CTX, O_HOST, O_HUGE, O_BODY, O_NUMA,
 	O_PAR, O_PORT, O_QUEUE, O_THREADS, O_TIMEOUT, O_VERBOSE, O_VERSION,
+	O_CONNS,
 };
 
 static const struct option longopts[] = {
@@ -75,6 +77,7 @@ static const struct option longopts[] = {
 	{ "host", required_argument, NULL, O_HOST },
 	{ "hugepages", no_argument, NULL, O_HUGE },
 	{ "max-body", required_argument, NULL, O_BODY },
+	{ "max-conns", required_argument, NULL, O_CONNS },
 	{ "model", required_argument, NULL, 'm' },
 	{ "numa", required_argument, NULL, O_NUMA },
 	{ "parallel", required_argument, NULL, O_PAR },
@@ -122,6 +125,7 @@ static int parse_one(opts *o, int c, const char *a)
 	case O_HOST: s->host = a; return 0;
 	case O_HUGE: s->hugepages = 1; return 0;
 	case O_BODY: rc = num("--max-body", a, 16, 1L << 30, &v); s->max_body = (size_t)v; break;
+	case O_CONNS: rc = num("--max-conns", a, 1, 1L << 20, &v); s->max_conns = (unsigned)v; break;
 	case O_NUMA: s->numa = a; return 0;
 	case O_PAR: rc = num("--parallel", a, 1, 256, &v); s->parallel = (uint32_t)v; break;
 	case O_PORT: rc = num("--port", a, 0, 65535, &v); s->port = (unsigned)v; break;
@@ -278,6 +282,19 @@ static void drain(ds_srv *s, const sigset_t *set, unsigned timeout_s)
 		warnx_("cancelling %zu request%s", n, n == 1 ? "" : "s");
 }
 
+/* Every connection is a descriptor: the soft limit raised towards the
+ * hard one, as far as n connections and 64 more need. */
+static void raise_nofile(unsigned n)
+{
+	struct rlimit rl;
+	rlim_t want = (rlim_t)n + 64;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= want)
+		return;
+	rl.rlim_cur = rl.rlim_max < want ? rl.rlim_max : want;
+	setrlimit(RLIMIT_NOFILE, &rl);
+}
+
 static int run(opts *o)
 {
 	sigset_t set;
@@ -292,6 +309,8 @@ static int run(opts *o)
 	sigaddset(&set, SIGUSR1);
 	pthread_sigmask(SIG_BLOCK, &set, NULL);   /* before any thread starts */
 	signal(SIGPIPE, SIG_IGN);
+	ds_map_guard();  /* model.bin and tokenizer.bin are used in place */
+	raise_nofile(o->so.max_conns ? o->so.max_conns : 2048);
 	memset(&l, 0, sizeof l);
 	if (read_key(o, &err) || ds_srv_start(&l.s, &o->so, &err)) {
 		warnx_("%s", err.msg);

@@ -498,6 +498,10 @@ static int open_index(ds_st *st, const char *dir, const char *ipath,
 		ds_errf(err, "%s: no \"weight_map\" object", iname);
 		goto out;
 	}
+	if (json_object_size(wm) == 0) {
+		ds_errf(err, "%s: \"weight_map\" names no tensor", iname);
+		goto out;
+	}
 	names = calloc(json_object_size(wm) + 1, sizeof *names);
 	if (names == NULL) {
 		ds_errf(err, "%s: out of memory", iname);

@@ -252,6 +252,69 @@ def seeds_text():
     put("tokids", "lines", "1 2 3\n\n 4\t5\r\n128000 0\n")
 
 
+def serve_kind(body):
+    """The endpoint byte of fuzz_servereq for a body."""
+    if b'"messages"' in body:
+        return 1
+    if b'"tokens"' in body:
+        return 3
+    if b'"content"' in body:
+        return 2
+    return 0
+
+
+def seeds_serve():
+    """The request bodies and header values of the ds-serve tests, and a
+    few of every field's type."""
+    import ast
+    import re
+    src = read("tests/cli/ds-serve.bats").decode("utf-8")
+    bodies = set()
+    for m in re.finditer(r"'(\{[^'\n]*\})'", src):
+        bodies.add(m.group(1).encode("utf-8"))
+    for m in re.finditer(r"\bb'((?:[^'\\\n]|\\.)*)'", src):
+        try:
+            bodies.add(ast.literal_eval("b'" + m.group(1) + "'"))
+        except (ValueError, SyntaxError):
+            pass
+    for m in re.finditer(r"'(\"[a-z_]+\": [^'\n]*)'", src):
+        bodies.add(('{"prompt": "p", %s}' % m.group(1)).encode("utf-8"))
+    bodies |= {
+        b'{"prompt": [[1, 2, 3]], "stop": ["a", "b"], "seed": 7, "top_k": 40}',
+        b'{"prompt": ["one"], "stream": true, "stream_options": '
+        b'{"include_usage": true}, "max_tokens": 4}',
+        b'{"messages": [{"role": "developer", "content": [{"type": "text", '
+        b'"text": "a"}, {"type": "text", "text": "b"}]}, {"role": "assistant"}],'
+        b' "max_completion_tokens": 3, "response_format": {"type": "text"}}',
+        b'{"content": "Hello w\xc3\xb6rld", "add_special": true, "with_pieces": true}',
+        b'{"tokens": [1, 2, 999]}',
+        b'{"prompt": "x", "n": 1, "best_of": 1, "logprobs": false, '
+        b'"echo": false, "suffix": "", "logit_bias": {}, "tools": [], '
+        b'"presence_penalty": 0, "frequency_penalty": 0.0, "ignore_eos": true, '
+        b'"return_tokens": true, "repeat_penalty": 1.1, "min_p": 0.05}',
+    }
+    for i, b in enumerate(sorted(bodies)):
+        k = serve_kind(b)
+        put("servereq", "%03d" % i, bytes([k]) + b)
+        put("servereq", "%03d-v1" % i, bytes([k | 4]) + b)
+    hdr = {"auth-ok": b"\x00k3y-x\nBearer k3y-x",
+           "auth-lower": b"\x00k3y-x\nbearer k3y-x",
+           "auth-short": b"\x00k3y-x\nBearer k3y-",
+           "auth-basic": b"\x00k3y-x\nBasic k3y-x",
+           "len-ok": b"\x01" + struct.pack("<Q", 1 << 20) + b"1048576",
+           "len-big": b"\x01" + struct.pack("<Q", 1 << 20) + b"1048577",
+           "len-huge": b"\x01" + struct.pack("<Q", 1 << 20) + b"9" * 30,
+           "len-neg": b"\x01" + struct.pack("<Q", 100) + b"-1",
+           "len-space": b"\x01" + struct.pack("<Q", 100) + b" 5"}
+    for m in re.finditer(r"Authorization: ([^\"']*)", src):
+        hdr["auth-%d" % len(hdr)] = b"\x00k3y-1\n" + m.group(1).encode()
+    for ep in ("/v1/completions", "/v1/chat/completions", "/v1/models",
+               "/health", "/metrics", "/tokenize", "/detokenize", "/nothing"):
+        hdr["path" + ep.replace("/", "-")] = b"\x02" + ep.encode()
+    for name, b in hdr.items():
+        put("servehdr", name, b)
+
+
 def run(*cmd, **kw):
     return subprocess.run(cmd, check=True, capture_output=True, **kw)
 
@@ -324,6 +387,7 @@ def main():
     seeds_configs()
     seeds_tokenizers()
     seeds_text()
+    seeds_serve()
     tmp = tempfile.mkdtemp(prefix="ds-fuzz-seeds.")
     try:
         models = seeds_models(tmp)

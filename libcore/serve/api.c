@@ -42,14 +42,50 @@ static int oom(ds_api_err *e)
 
 /* ---- reading a body ----------------------------------------------------------- */
 
+/* The key whose value ends at body[pos] ("key": value), for a number
+ * jansson cannot hold: copied to k (a plain name, or "" when there is
+ * none to be sure of). */
+static void key_before(const char *body, size_t pos, char *k, size_t cap)
+{
+	size_t i = pos, end;
+
+	k[0] = '\0';
+	while (i > 0 && body[i - 1] != ':' && strchr("[], \t\r\n0123456789+-.eE",
+						  body[i - 1]) != NULL)
+		i--;
+	if (i == 0 || body[--i] != ':')
+		return;
+	while (i > 0 && strchr(" \t\r\n", body[i - 1]) != NULL)
+		i--;
+	if (i == 0 || body[--i] != '"')
+		return;
+	for (end = i; i > 0 && body[i - 1] != '"'; i--)
+		if (!(body[i - 1] == '_' || (body[i - 1] >= 'a' && body[i - 1] <= 'z')) ||
+		    end - i >= cap - 1)
+			return;
+	/* the quote that opens it, not an escaped one */
+	if (i > 0 && end > i && (i < 2 || body[i - 2] != '\\'))
+		snprintf(k, cap, "%.*s", (int)(end - i), body + i);
+}
+
 /* The body as a JSON object; jansson refuses invalid UTF-8, NUL in
- * strings, lone surrogates, duplicate keys and trailing bytes. */
+ * strings, lone surrogates, duplicate keys and trailing bytes.  A number
+ * too large for it names its field when that can be told. */
 static json_t *load_object(const char *body, size_t len, ds_api_err *e)
 {
 	json_error_t je;
 	json_t *j = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+	char k[48] = "";
 
 	if (j == NULL) {
+		if ((strstr(je.text, "too big") ||
+		     strstr(je.text, "real number overflow")) &&
+		    je.position > 0 && (size_t)je.position <= len)
+			key_before(body, (size_t)je.position, k, sizeof k);
+		if (k[0])
+			return ds_api_fail(e, 400, k, "%s: the number at column %d "
+					   "is out of range (%s)", k, je.column,
+					   je.text), NULL;
 		ds_api_fail(e, 400, NULL, "request body: invalid JSON at line %d "
 			    "column %d: %s", je.line, je.column, je.text);
 		return NULL;
@@ -364,12 +400,16 @@ static int get_content(json_t *c, const char *param, char **out, ds_api_err *e)
 	s = calloc(1, n + 1);
 	if (s == NULL)
 		return oom(e);
-	json_array_foreach(c, i, part) {
-		if (i)
-			strcat(s, "\n");
-		strcat(s, json_string_value(json_object_get(part, "text")));
-	}
 	*out = s;
+	json_array_foreach(c, i, part) {
+		json_t *x = json_object_get(part, "text");
+
+		if (i)
+			*s++ = '\n';   /* not strcat: linear in the parts */
+		memcpy(s, json_string_value(x), json_string_length(x));
+		s += json_string_length(x);
+	}
+	*s = '\0';
 	return 0;
 }
 
@@ -736,6 +776,28 @@ char *ds_api_error_json(const ds_api_err *e)
 		      e->param[0] ? e->param : NULL, "code", e->code);
 	free(m);
 	return dump(j);
+}
+
+/* ---- headers ------------------------------------------------------------------------------------ */
+
+int ds_api_length_check(const char *value, size_t max)
+{
+	size_t x = 0;
+	int big = 0;
+
+	if (value == NULL || *value == '\0')
+		return -1;
+	for (; *value; value++) {
+		unsigned d = (unsigned char)*value - '0';
+
+		if (d > 9)
+			return -1;
+		if (big || d > max || x > (max - d) / 10)
+			big = 1;    /* x * 10 + d > max, without overflow */
+		else
+			x = x * 10 + d;
+	}
+	return big;
 }
 
 /* ---- the API key ------------------------------------------------------------------------------ */

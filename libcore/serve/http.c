@@ -14,6 +14,14 @@
  * from its last socket activity, and checks that right after our
  * callbacks return: before answering after a long wait the timer is
  * restarted (setting the connection's timeout to 0 and back does that).
+ *
+ * A client that sends its headers a byte at a time is never idle: a
+ * watchdog thread shuts down (shutdown(2), and libmicrohttpd then closes)
+ * every connection that has not sent a whole request head within
+ * --timeout of its accept or of the end of its previous request.  A slow
+ * body is cut off by body_add.  The connections are tracked from
+ * libmicrohttpd's connection notifications, whose "closed" comes before
+ * the socket is closed, so the watchdog never touches a reused fd.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -26,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -44,10 +53,25 @@ struct ds_srv {
 	atomic_int draining;        /* ds_srv_quiesce was called */
 	atomic_int answering;       /* generation requests not yet completed */
 	int quiesced;
+	/* the connections, for the watchdog (see the top) */
+	pthread_mutex_t cmu;
+	pthread_cond_t ccv;
+	struct conn *conns;         /* under cmu */
+	int watching, stop_watch;   /* under cmu */
+	pthread_t watch;
 	uint32_t nonce;             /* answer ids: nonce + counter */
 	atomic_ullong counter;
 	char mhd_msg[256];          /* libmicrohttpd's last message */
 };
+
+/* One connection, from its accept to its close. */
+typedef struct conn {
+	struct conn *prev, *next;
+	int fd;
+	double t0;                  /* accepted, or its last request ended */
+	int in_request;             /* its request head is in */
+	int cut;                    /* shut down by the watchdog */
+} conn;
 
 /* One request, from its headers to the end of its answer. */
 typedef struct rctx {
@@ -619,6 +643,100 @@ static enum MHD_Result dispatch(rctx *q)
 	}
 }
 
+/* ---- connections and the watchdog ---------------------------------------------------- */
+
+/* A request head has come in (1) or its request ended (0). */
+static void conn_mark(ds_srv *s, struct MHD_Connection *c, int in_request)
+{
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	conn *k = ci ? ci->socket_context : NULL;
+
+	if (k == NULL)
+		return;
+	pthread_mutex_lock(&s->cmu);
+	k->in_request = in_request;
+	k->t0 = ds_now_s();
+	pthread_mutex_unlock(&s->cmu);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c,
+			  void **socket_context,
+			  enum MHD_ConnectionNotificationCode code)
+{
+	ds_srv *s = cls;
+	conn *k = *socket_context;
+	const union MHD_ConnectionInfo *ci;
+
+	if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+		ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+		if (ci == NULL || (k = calloc(1, sizeof *k)) == NULL)
+			return;     /* not watched: the idle timeout still holds */
+		k->fd = ci->connect_fd;
+		k->t0 = ds_now_s();
+		pthread_mutex_lock(&s->cmu);
+		k->next = s->conns;
+		if (s->conns)
+			s->conns->prev = k;
+		s->conns = k;
+		pthread_mutex_unlock(&s->cmu);
+		*socket_context = k;
+		return;
+	}
+	if (k == NULL)
+		return;
+	pthread_mutex_lock(&s->cmu);
+	if (k->prev)
+		k->prev->next = k->next;
+	else
+		s->conns = k->next;
+	if (k->next)
+		k->next->prev = k->prev;
+	pthread_mutex_unlock(&s->cmu);
+	free(k);
+	*socket_context = NULL;
+}
+
+/* Every 0.25 s: shut down the connections whose request head is late. */
+static void *watchdog(void *arg)
+{
+	ds_srv *s = arg;
+	struct timespec ts;
+	conn *k;
+
+	pthread_mutex_lock(&s->cmu);
+	while (!s->stop_watch) {
+		double now = ds_now_s();
+
+		for (k = s->conns; k; k = k->next)
+			if (!k->in_request && !k->cut && now - k->t0 > s->o.timeout_s) {
+				shutdown(k->fd, SHUT_RDWR);
+				k->cut = 1;
+			}
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 250000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&s->ccv, &s->cmu, &ts);
+	}
+	pthread_mutex_unlock(&s->cmu);
+	return NULL;
+}
+
+static void watch_stop(ds_srv *s)
+{
+	if (!s->watching)
+		return;
+	pthread_mutex_lock(&s->cmu);
+	s->stop_watch = 1;
+	pthread_cond_signal(&s->ccv);
+	pthread_mutex_unlock(&s->cmu);
+	pthread_join(s->watch, NULL);
+	s->watching = 0;
+}
+
 /* ---- a request's life ---------------------------------------------------------------------- */
 
 /* Checks on the headers alone, before any body is read: an answer here
@@ -628,7 +746,7 @@ static enum MHD_Result early(rctx *q, const char *method)
 	ds_srv *s = q->s;
 	int post = is_post(q->ep);
 	const char *cl, *auth;
-	char *end;
+	int big;
 
 	if (q->ep == DS_EP_OTHER)
 		return fail(q, 404, "not_found", "%.60s: no such endpoint", q->path);
@@ -643,9 +761,11 @@ static enum MHD_Result early(rctx *q, const char *method)
 			    "an API key is needed: Authorization: Bearer KEY");
 	cl = MHD_lookup_connection_value(q->c, MHD_HEADER_KIND,
 					 MHD_HTTP_HEADER_CONTENT_LENGTH);
-	if (cl && (strtoull(cl, &end, 10) > s->o.max_body || *end))
-		return fail(q, 413, "request_too_large", "the body is larger than "
-			    "%zu bytes (--max-body)", s->o.max_body);
+	if (cl && (big = ds_api_length_check(cl, s->o.max_body)) != 0)
+		return big < 0 ? fail(q, 400, NULL, "Content-Length: not a "
+				      "decimal number") :
+			fail(q, 413, "request_too_large", "the body is larger than "
+			     "%zu bytes (--max-body)", s->o.max_body);
 	return MHD_YES;
 }
 
@@ -708,6 +828,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
 
 	(void)version;
 	if (q == NULL) {
+		conn_mark(s, c, 1);
 		if ((q = rctx_new(s, c, url, method)) == NULL)
 			return MHD_NO;
 		*con_cls = q;
@@ -732,7 +853,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	rctx *q = *con_cls;
 	char status[8] = "-";
 
-	(void)c;
+	conn_mark(s, c, 0);
 	if (q == NULL)
 		return;
 	if (q->status)
@@ -796,12 +917,28 @@ static int bind_addr(const ds_srv_opts *o, struct addrinfo **ai, ds_err *err)
 	return 0;
 }
 
+/* Connections open at once: --max-conns (2048), and at least the slots
+ * and the queue; at most the file descriptors left, 64 kept for the rest. */
+static unsigned conn_limit(const ds_srv_opts *o)
+{
+	unsigned want = o->max_conns ? o->max_conns : 2048, min = o->parallel + o->queue + 8;
+	struct rlimit rl;
+
+	if (want < min)
+		want = min;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+	    rl.rlim_cur < (rlim_t)want + 64)
+		want = rl.rlim_cur > 80 ? (unsigned)rl.rlim_cur - 64 : 16;
+	return want;
+}
+
+/* poll(2), not select(2): descriptors past FD_SETSIZE (1024) work. */
 static int daemon_start(ds_srv *s, ds_err *err)
 {
 	const ds_srv_opts *o = &s->o;
 	unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-			 MHD_USE_ITC | MHD_USE_ERROR_LOG;
-	unsigned limit = o->parallel + o->queue + 64;
+			 MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+	unsigned limit = conn_limit(o);
 	struct addrinfo *ai;
 	const union MHD_DaemonInfo *di;
 
@@ -817,6 +954,7 @@ static int daemon_start(ds_srv *s, ds_err *err)
 				MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)65536,
 				MHD_OPTION_LISTEN_BACKLOG_SIZE, 256u,
 				MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+				MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
 				MHD_OPTION_END);
 	freeaddrinfo(ai);
 	if (s->d == NULL)
@@ -826,6 +964,16 @@ static int daemon_start(ds_srv *s, ds_err *err)
 	di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
 	s->port = di ? di->port : o->port;
 	return 0;
+}
+
+/* What ds_srv_start made before the daemon. */
+static void srv_destroy(ds_srv *s)
+{
+	ds_metrics_free(s->metrics);
+	pthread_mutex_destroy(&s->eng.smu);
+	pthread_mutex_destroy(&s->cmu);
+	pthread_cond_destroy(&s->ccv);
+	free(s);
 }
 
 int ds_srv_start(ds_srv **out, const ds_srv_opts *o, ds_err *err)
@@ -841,12 +989,21 @@ int ds_srv_start(ds_srv **out, const ds_srv_opts *o, ds_err *err)
 		s->nonce = (uint32_t)ds_now_ns();
 	model_name(s, o->model_dir);
 	pthread_mutex_init(&s->eng.smu, NULL);
+	pthread_mutex_init(&s->cmu, NULL);
+	pthread_cond_init(&s->ccv, NULL);
 	s->eng.o = &s->o;
 	if (ds_metrics_init(&s->metrics, err) || daemon_start(s, err)) {
-		ds_metrics_free(s->metrics);
-		pthread_mutex_destroy(&s->eng.smu);
-		free(s);
+		srv_destroy(s);
 		return -1;
+	}
+	if (s->o.timeout_s > 0) {
+		if ((errno = pthread_create(&s->watch, NULL, watchdog, s)) != 0) {
+			ds_errf(err, "cannot start a thread: %s", strerror(errno));
+			MHD_stop_daemon(s->d);
+			srv_destroy(s);
+			return -1;
+		}
+		s->watching = 1;
 	}
 	*out = s;
 	return 0;
@@ -903,8 +1060,7 @@ void ds_srv_free(ds_srv *s)
 		usleep(10000);      /* 2 s at most to send it */
 	MHD_stop_daemon(s->d);      /* then every connection is closed, its
 				       thread joined */
+	watch_stop(s);
 	ds_eng_free(&s->eng);
-	ds_metrics_free(s->metrics);
-	pthread_mutex_destroy(&s->eng.smu);
-	free(s);
+	srv_destroy(s);
 }

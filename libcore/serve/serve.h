@@ -138,6 +138,11 @@ char *ds_api_utf8(const char *s, size_t n, size_t *out_len);
  * depends on the key's length only, not on where the values differ. */
 int ds_api_key_ok(const char *header, const char *key);
 
+/* A Content-Length value against the body limit: 0 when it is a decimal
+ * number up to max, 1 when it is a larger one, -1 when it is not a plain
+ * decimal number (empty, a sign, spaces, anything but digits). */
+int ds_api_length_check(const char *value, size_t max);
+
 /* ---- metrics (metrics.c) -------------------------------------------------------- */
 
 /* Endpoints as metric labels: a fixed set, so no request can add series. */
@@ -189,6 +194,9 @@ typedef struct ds_srv_opts {
 	const char *api_key;        /* NULL: no authentication */
 	size_t max_body;            /* request body bytes */
 	unsigned timeout_s;         /* idle/slow connections; drain bound */
+	unsigned max_conns;         /* connections open at once, idle ones
+				       included; 0: 2048 (both at most what
+				       RLIMIT_NOFILE leaves) */
 	int hugepages;              /* forward.h ds_model_place */
 	const char *numa;           /* "interleave" | "node" | NULL */
 	int verbose;                /* log every request */

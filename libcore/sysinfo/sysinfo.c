@@ -513,7 +513,8 @@ static void read_irqs(ds_sysinfo *si)
 	for (int i = 0; i < si->n_irq; i++)
 		line_at(si, si->irqs[i].affinity, sizeof si->irqs[i].affinity,
 			"/proc/irq/%d/smp_affinity_list", si->irqs[i].irq);
-	qsort(si->irqs, (size_t)si->n_irq, sizeof *si->irqs, cmp_irq);
+	if (si->n_irq > 1)          /* (no table at all when none parsed) */
+		qsort(si->irqs, (size_t)si->n_irq, sizeof *si->irqs, cmp_irq);
 }
 
 /* Is an irqbalance daemon running?  It would move the IRQs back. */

@@ -192,3 +192,27 @@ EOF
 	[ "$rc" -eq 1 ]
 	tail -n 1 "$T/err" | grep -q "^ds-run: a mapped file (model.bin, tokenizer.bin or a checkpoint) was truncated while in use"
 }
+
+@test "tokenizer.bin truncated while ds-tok uses it: one line and status 1, not SIGBUS" {
+	cp "$F/llama/tokenizer.bin" "$T/tokenizer.bin"
+	mkfifo "$T/in"
+	"$DS_BIN/ds-tok" -t "$T/tokenizer.bin" -l <"$T/in" >"$T/out" 2>"$T/err" 3>&- &
+	pid=$!
+	exec 7<>"$T/in"   # (after: ds-tok must not hold a writer itself)
+	echo "hello world" >&7
+	# in use: mapped by the process
+	for _ in $(seq 100); do
+		grep -q "$T/tokenizer.bin" "/proc/$pid/maps" 2>/dev/null && break
+		sleep 0.05
+	done
+	grep -q "$T/tokenizer.bin" "/proc/$pid/maps"
+	truncate -s 0 "$T/tokenizer.bin"
+	echo "another line" >&7
+	exec 7>&-
+	rc=0
+	wait $pid || rc=$?
+	cat "$T/err"
+	[ "$rc" -eq 1 ]
+	[ "$(wc -l <"$T/err")" -eq 1 ]
+	grep -q "^ds-tok: a mapped file (model.bin, tokenizer.bin or a checkpoint) was truncated while in use" "$T/err"
+}

@@ -317,6 +317,10 @@ static void test_sharded(void)
 		   "{\"weight_map\":{\"x\":\"model-00001-of-00002.safetensors\","
 		   "\"y\":\"../model-00002-of-00002.safetensors\"}}");
 	refuse_dir("tensor y: shard is not a file name");
+	/* found by fuzz_stindex: an empty map opened no shard at all */
+	write_text("model.safetensors.index.json",
+		   "{\"metadata\":{\"total_size\":24},\"weight_map\":{}}");
+	refuse_dir("\"weight_map\" names no tensor");
 	write_text("model.safetensors.index.json",
 		   "{\"weight_map\":{\"x\":\"model-00001-of-00002.safetensors\","
 		   "\"y\":\"model-00003-of-00002.safetensors\"}}");

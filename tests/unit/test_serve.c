@@ -505,6 +505,52 @@ static void test_api_key(void)
 	T_CHECK(!ds_api_key_ok("Bearer K3Y-X", "k3y-x"));
 }
 
+/* A number past what jansson holds (2^63, 1e308) fails the parse; the
+ * error names the field when the text before it shows a plain key. */
+static void test_number_overflow(void)
+{
+	static const struct { const char *body, *param; } c[] = {
+		{ "{\"prompt\": \"p\", \"max_tokens\": 99999999999999999999}", "max_tokens" },
+		{ "{\"prompt\": [1, 2, -99999999999999999999]}", "prompt" },
+		{ "{\"temperature\" :\n 1e309, \"prompt\": \"a\"}", "temperature" },
+		{ "{\"stop\": \"a:b\", \"top_p\": [1e999]}", "top_p" },
+		{ "[1e999]", "" },
+		{ "{\"a\\\"b\": 1e999}", "" },
+		{ "{\"Weird-Key\": 1e999}", "" },
+	};
+	ds_api_limits lim = { 1000, 64 };
+	ds_api_req r;
+	ds_api_err e;
+	size_t i;
+
+	for (i = 0; i < sizeof c / sizeof c[0]; i++) {
+		T_CHECKF(ds_api_parse(&r, DS_API_COMPLETION, c[i].body, strlen(c[i].body),
+				      &lim, &e) == -1 && e.status == 400 &&
+			 strcmp(e.param, c[i].param) == 0, "case %zu: param '%s'", i,
+			 e.param);
+	}
+}
+
+/* Content-Length: RFC 9110 8.6, 1*DIGIT; any other value is refused. */
+static void test_length_check(void)
+{
+	T_CHECK(ds_api_length_check("0", 0) == 0);
+	T_CHECK(ds_api_length_check("1048576", 1048576) == 0);
+	T_CHECK(ds_api_length_check("01048576", 1048576) == 0);
+	T_CHECK(ds_api_length_check("1048577", 1048576) == 1);
+	T_CHECK(ds_api_length_check("18446744073709551615", SIZE_MAX) == 0);
+	T_CHECK(ds_api_length_check("18446744073709551616", SIZE_MAX) == 1);
+	T_CHECK(ds_api_length_check("99999999999999999999999999999", 100) == 1);
+	T_CHECK(ds_api_length_check("7", 5) == 1);
+	T_CHECK(ds_api_length_check("", 100) == -1);
+	T_CHECK(ds_api_length_check(NULL, 100) == -1);
+	T_CHECK(ds_api_length_check("-1", 100) == -1);
+	T_CHECK(ds_api_length_check("+5", 100) == -1);
+	T_CHECK(ds_api_length_check(" 5", 100) == -1);
+	T_CHECK(ds_api_length_check("5x", 100) == -1);
+	T_CHECK(ds_api_length_check("999999999999999999999x", 100) == -1);
+}
+
 /* ---- metrics ------------------------------------------------------------------------ */
 
 /* The value of the sample line that starts with `series ` (-1: none). */
@@ -651,6 +697,8 @@ int main(void)
 	T_RUN(test_error_object);
 	T_RUN(test_utf8_repair);
 	T_RUN(test_api_key);
+	T_RUN(test_length_check);
+	T_RUN(test_number_overflow);
 	T_RUN(test_metrics);
 	return t_done();
 }

@@ -1,0 +1,160 @@
+/* fuzz_servereq.c - ds-serve's request bodies (libcore/serve/api.c): the
+ * first byte picks the endpoint (low 2 bits: /v1/completions,
+ * /v1/chat/completions, /tokenize, /detokenize) and the vocabulary size
+ * the ids are checked against (next 2 bits); the rest is the body.  A
+ * parsed request must hold what the server relies on; a refusal must be a
+ * 400 (or 500) whose error object is valid JSON naming the field; an
+ * answer and every stream chunk built from the request's text, and from
+ * the raw body as generated text, must be valid JSON. */
+#include <jansson.h>
+
+#include "fuzz.h"
+#include "serve/serve.h"
+
+static const uint32_t vocabs[4] = { 1000, 1, 129280, 1u << 22 };
+
+/* The error object: {"error": {"message": s, "type": s, "param": p, ...}}. */
+static void check_err(const ds_api_err *e)
+{
+	char *s = ds_api_error_json(e);
+	json_t *j, *er, *p;
+
+	FZ_CHECK(e->status == 400 || e->status == 500);
+	FZ_CHECK(memchr(e->msg, '\0', sizeof e->msg) != NULL);
+	FZ_CHECK(s != NULL);
+	j = json_loads(s, JSON_REJECT_DUPLICATES, NULL);
+	FZ_CHECK(j != NULL);
+	er = json_object_get(j, "error");
+	FZ_CHECK(json_is_string(json_object_get(er, "message")));
+	FZ_CHECK(json_is_string(json_object_get(er, "type")));
+	p = json_object_get(er, "param");
+	FZ_CHECK(e->param[0] ? json_is_string(p) &&
+		 strcmp(json_string_value(p), e->param) == 0 : json_is_null(p));
+	json_decref(j);
+	free(s);
+}
+
+/* The answer and the chunks with text (n bytes, any) must be JSON whose
+ * text is the input where that was valid UTF-8. */
+static void check_out(enum ds_api_kind kind, const char *text, size_t n)
+{
+	static const int32_t toks[3] = { 0, 7, 42 };
+	ds_api_out o = { kind, "cmpl-1", 1, "m", text, n, "stop", 3, 4, toks, 3, 1 };
+	json_t *raw = json_stringn(text, n), *j;
+	char *a = ds_api_answer(&o), *c;
+	size_t len, k;
+
+	FZ_CHECK(a != NULL);
+	j = json_loads(a, JSON_ALLOW_NUL, NULL);
+	FZ_CHECK(j != NULL);
+	if (raw != NULL) {          /* valid UTF-8: shown as it was */
+		json_t *ch = json_array_get(json_object_get(j, "choices"), 0);
+		json_t *t = kind == DS_API_CHAT
+			    ? json_object_get(json_object_get(ch, "message"), "content")
+			    : json_object_get(ch, "text");
+
+		FZ_CHECK(json_equal(t, raw));
+	}
+	json_decref(j);
+	json_decref(raw);
+	free(a);
+	for (k = DS_CHUNK_ROLE; k <= DS_CHUNK_USAGE; k++) {
+		c = ds_api_chunk(&o, (enum ds_api_chunk)k, &len);
+		FZ_CHECK(c != NULL && len == strlen(c) && len > 8);
+		FZ_CHECK(strncmp(c, "data: ", 6) == 0 && strcmp(c + len - 2, "\n\n") == 0);
+		j = json_loadb(c + 6, len - 8, JSON_ALLOW_NUL, NULL);
+		FZ_CHECK(j != NULL);
+		json_decref(j);
+		free(c);
+	}
+}
+
+static void check_req(const ds_api_req *r, const ds_api_limits *lim)
+{
+	size_t i;
+
+	if (r->kind == DS_API_COMPLETION) {
+		FZ_CHECK((r->prompt != NULL) != (r->n_ids > 0));
+		for (i = 0; i < r->n_ids; i++)
+			FZ_CHECK(r->ids[i] >= 0 && (uint32_t)r->ids[i] < lim->n_vocab);
+		if (r->prompt)
+			check_out(r->kind, r->prompt, strlen(r->prompt));
+	} else {
+		FZ_CHECK(r->n_msgs > 0 && r->prompt == NULL && r->n_ids == 0);
+		for (i = 0; i < r->n_msgs; i++) {
+			FZ_CHECK(strcmp(r->msgs[i].role, "system") == 0 ||
+				 strcmp(r->msgs[i].role, "user") == 0 ||
+				 strcmp(r->msgs[i].role, "assistant") == 0);
+			FZ_CHECK(r->msgs[i].content != NULL);
+		}
+		check_out(r->kind, r->msgs[0].content, strlen(r->msgs[0].content));
+	}
+	FZ_CHECK(r->n_stops <= DS_API_MAX_STOPS);
+	for (i = 0; i < r->n_stops; i++)
+		FZ_CHECK(strlen(r->stops[i]) >= 1 &&
+			 strlen(r->stops[i]) <= DS_API_MAX_STOP_LEN);
+	FZ_CHECK(r->max_tokens == -1 ||
+		 (r->max_tokens >= 0 && r->max_tokens <= (int64_t)1 << 40));
+	FZ_CHECK(r->sp.temp >= 0 && r->sp.temp <= 2);
+	FZ_CHECK(r->sp.top_p >= 0 && r->sp.top_p <= 1);
+	FZ_CHECK(r->sp.min_p >= 0 && r->sp.min_p <= 1);
+	FZ_CHECK(r->sp.top_k >= 0);
+	FZ_CHECK(r->stream == 0 || r->stream == 1);
+}
+
+static void generation(enum ds_api_kind kind, const char *body, size_t n,
+		       const ds_api_limits *lim)
+{
+	ds_api_req r;
+	ds_api_err e;
+
+	if (ds_api_parse(&r, kind, body, n, lim, &e) != 0) {
+		check_err(&e);
+		FZ_CHECK(r.prompt == NULL && r.ids == NULL && r.msgs == NULL &&
+			 r.stops == NULL);
+		return;
+	}
+	check_req(&r, lim);
+	ds_api_req_free(&r);
+}
+
+static void tokenize(const char *body, size_t n, const ds_api_limits *lim)
+{
+	ds_api_tokreq t;
+	ds_api_err e;
+	int32_t *ids;
+	size_t k, i;
+
+	if (ds_api_parse_tokenize(&t, body, n, &e) == 0) {
+		FZ_CHECK(t.content != NULL);
+		ds_api_tokreq_free(&t);
+	} else {
+		check_err(&e);
+	}
+	if (ds_api_parse_detokenize(&ids, &k, body, n, lim, &e) == 0) {
+		for (i = 0; i < k; i++)
+			FZ_CHECK(ids[i] >= 0 && (uint32_t)ids[i] < lim->n_vocab);
+		FZ_CHECK((k == 0) == (ids == NULL));
+		free(ids);
+	} else {
+		check_err(&e);
+	}
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	ds_api_limits lim = { 1000, 64 };
+	const char *body = (const char *)data + 1;
+
+	if (size < 1)
+		return 0;
+	lim.n_vocab = vocabs[(data[0] >> 2) & 3];
+	switch (data[0] & 3) {
+	case 0: generation(DS_API_COMPLETION, body, size - 1, &lim); break;
+	case 1: generation(DS_API_CHAT, body, size - 1, &lim); break;
+	default: tokenize(body, size - 1, &lim); break;
+	}
+	/* the body itself as generated text: any bytes at all */
+	check_out(data[0] & 1 ? DS_API_CHAT : DS_API_COMPLETION, body, size - 1);
+	return 0;
+}
