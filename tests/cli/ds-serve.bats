@@ -661,13 +661,15 @@ for i in range(1, 8):
 # ---- signals ---------------------------------------------------------------------------
 
 @test "SIGTERM: stop accepting, finish what runs, exit 0; SIGHUP is ignored" {
+	# long enough (about 1 s of the fixture) that both are still running
+	# when the signal comes
 	start --parallel 2 --ctx-size 16384
 	kill -HUP "$PID"
 	wait_code /health 200
-	curl -s -o "$T/a" -d '{"prompt": "a", "max_tokens": 1500, "ignore_eos": true}' "$URL/v1/completions" 3>&- &
+	curl -s -o "$T/a" -d '{"prompt": "a", "max_tokens": 12000, "ignore_eos": true}' "$URL/v1/completions" 3>&- &
 	PIDS="$PIDS $!"
 	a=$!
-	curl -sN -o "$T/b" -d '{"prompt": "b", "max_tokens": 1500, "ignore_eos": true, "stream": true}' "$URL/v1/completions" 3>&- &
+	curl -sN -o "$T/b" -d '{"prompt": "b", "max_tokens": 12000, "ignore_eos": true, "stream": true}' "$URL/v1/completions" 3>&- &
 	PIDS="$PIDS $!"
 	b=$!
 	until_metric ds_active_slots 2
@@ -676,7 +678,7 @@ for i in range(1, 8):
 	run curl -s -o /dev/null "$URL/health"
 	[ "$status" -eq 7 ]        # refused: nothing listens any more
 	wait "$a" "$b"
-	[ "$(j "$T/a" 'd["usage"]["completion_tokens"]')" = 1500 ]
+	[ "$(j "$T/a" 'd["usage"]["completion_tokens"]')" = 12000 ]
 	sse "$T/b" >"$T/s"
 	[ "$(j "$T/s" 'd["finish"]')" = length ]
 	st=0
