@@ -90,22 +90,6 @@ static void emit(void *arg, const ds_kbench_row *r)
 	fflush(stdout);
 }
 
-static int parse_threads(const char *s, int *t, int max)
-{
-	int n = 0;
-
-	while (*s && n < max) {
-		char *end;
-		long v = strtol(s, &end, 10);
-
-		if (end == s || v < 1 || v > 1024 || (*end != ',' && *end != '\0'))
-			return -1;
-		t[n++] = (int)v;
-		s = *end == ',' ? end + 1 : end;
-	}
-	return *s ? -1 : n;
-}
-
 /* ---- model rows ------------------------------------------------------------------------ */
 
 /* The fields of a row, in the order of every plumbing format; the names
@@ -323,7 +307,10 @@ static int bad(const char *opt, const char *val, const char *what)
 	return 2;
 }
 
-static int parse_u32_list(const char *s, uint32_t *v, int max)
+/* A comma-separated list of up to MAX numbers in [lo, hi]: how many, or
+ * -1. */
+static int parse_u32_list(const char *s, uint32_t lo, uint32_t hi, uint32_t *v,
+			  int max)
 {
 	int n = 0;
 
@@ -331,12 +318,23 @@ static int parse_u32_list(const char *s, uint32_t *v, int max)
 		char *end;
 		long x = strtol(s, &end, 10);
 
-		if (end == s || x < 0 || x > 1 << 20 || (*end != ',' && *end != '\0'))
+		if (end == s || x < (long)lo || x > (long)hi ||
+		    (*end != ',' && *end != '\0'))
 			return -1;
 		v[n++] = (uint32_t)x;
 		s = *end == ',' ? end + 1 : end;
 	}
 	return *s ? -1 : n;
+}
+
+static int parse_threads(const char *s, int *t, int max)
+{
+	uint32_t v[16];
+	int n = parse_u32_list(s, 1, 1024, v, max < 16 ? max : 16);
+
+	for (int i = 0; i < n; i++)
+		t[i] = (int)v[i];
+	return n;
 }
 
 static int parse_type(const char *s, ds_ttype *t)
@@ -373,12 +371,12 @@ static int parse_opt(opts *o, int c, const char *a)
 	case 'l': o->mlock = 1; return 0;
 	case 'N': o->numa = a; return 0;
 	case 'n':
-		if ((o->n_tg = parse_u32_list(a, o->tg, 16)) < 1)
+		if ((o->n_tg = parse_u32_list(a, 0, 1 << 20, o->tg, 16)) < 1)
 			return bad("-n", a, "expected token counts like 128,256 (0 skips tg)");
 		return 0;
 	case 'P': o->no_populate = 1; return 0;
 	case 'p':
-		if ((o->n_pp = parse_u32_list(a, o->pp, 16)) < 1)
+		if ((o->n_pp = parse_u32_list(a, 0, 1 << 20, o->pp, 16)) < 1)
 			return bad("-p", a, "expected token counts like 512,1024 (0 skips pp)");
 		return 0;
 	case 'q': o->k.quick = 1; return 0;

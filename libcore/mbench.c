@@ -13,6 +13,7 @@
 
 #include "kbench.h"
 #include "kernels.h"
+#include "sampler.h"
 
 #define MAX_UBATCH 512u  /* prefill chunk, as llama.cpp's n_ubatch */
 
@@ -94,21 +95,8 @@ typedef struct mb {
 
 static uint32_t rnd(mb *b, uint32_t n)
 {
-	/* xorshift64*: reproducible tokens for a given seed */
-	b->rng ^= b->rng >> 12;
-	b->rng ^= b->rng << 25;
-	b->rng ^= b->rng >> 27;
-	return (uint32_t)((b->rng * 0x2545F4914F6CDD1DULL) >> 33) % n;
-}
-
-static int argmax(const float *l, uint32_t n)
-{
-	uint32_t i, best = 0;
-
-	for (i = 1; i < n; i++)
-		if (l[i] > l[best])
-			best = i;
-	return (int)best;
+	/* reproducible tokens for a given seed */
+	return (uint32_t)(ds_xorshift64s(&b->rng) >> 33) % n;
 }
 
 /* p tokens from an empty cache; *sec: the passes, *ttft: and the argmax. */
@@ -132,7 +120,7 @@ static int prefill(mb *b, uint32_t p, double *sec, double *ttft, ds_err *err)
 			return -1;
 	}
 	*sec = ds_now_s() - t0;
-	first = argmax(ds_fwd_logits(b->f, 0), nv);
+	first = ds_argmax(ds_fwd_logits(b->f, 0), (int)nv);
 	*ttft = ds_now_s() - t0;
 	return first >= 0 ? 0 : -1;
 }

@@ -118,7 +118,7 @@ static void penalize(ds_sampler *s, float *logits)
 	}
 }
 
-static int32_t argmax(const float *x, int n)
+int32_t ds_argmax(const float *x, int n)
 {
 	int32_t best = 0;
 	int i;
@@ -231,7 +231,7 @@ int32_t ds_sampler_sample(ds_sampler *s, float *logits)
 
 	penalize(s, logits);
 	if (s->p.temp <= 0.0f)
-		return argmax(logits, s->n_vocab);
+		return ds_argmax(logits, s->n_vocab);
 	n = select_top(s, logits, s->p.top_k);
 	n = cut(s, n, s->prob);
 	for (i = 0; i < n; i++) {

@@ -49,6 +49,9 @@ void ds_sampler_accept(ds_sampler *s, int32_t token);
 /* Pick a token; logits[n_vocab] is modified (penalties applied). */
 int32_t ds_sampler_sample(ds_sampler *s, float *logits);
 
+/* The greedy pick: the index of the largest of x[n], the lowest on ties. */
+int32_t ds_argmax(const float *x, int n);
+
 /* A uniform double in [0, 1) from the sampler's generator. */
 double ds_sampler_uniform(ds_sampler *s);
 

@@ -10,6 +10,7 @@
 #include <sys/statvfs.h>
 
 #include "modelfile.h"
+#include "sysinfo/sysinfo.h"
 
 /* ---- the shapes ------------------------------------------------------------------------
  * The published config.json values of each model (Hugging Face
@@ -208,18 +209,19 @@ int ds_synth_bytes(const ds_hparams *hp, ds_ttype t, uint64_t *bytes,
 	return 0;
 }
 
+/* MemAvailable in bytes, 0 when it cannot be read. */
 static uint64_t mem_available(void)
 {
-	FILE *f = fopen("/proc/meminfo", "r");
-	char line[256];
-	unsigned long long kib = 0;
+	char *text;
+	uint64_t kib = 0;
+	ds_err err;
 
-	while (f != NULL && fgets(line, sizeof line, f) != NULL)
-		if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1)
-			break;
-	if (f != NULL)
-		fclose(f);
-	return (uint64_t)kib << 10;
+	if (ds_sys_read("/proc/meminfo", 1 << 20, &text, NULL, &err) != 0)
+		return 0;
+	if (ds_meminfo_get(text, "MemAvailable", &kib) != 0)
+		kib = 0;
+	free(text);
+	return kib << 10;
 }
 
 int ds_synth_check_fit(const char *dir, uint64_t bytes, uint64_t extra,
@@ -264,10 +266,7 @@ typedef struct wctx {
 
 static uint64_t next(wctx *c)
 {
-	c->rng ^= c->rng >> 12;
-	c->rng ^= c->rng << 25;
-	c->rng ^= c->rng >> 27;
-	return c->rng * 0x2545F4914F6CDD1DULL;
+	return ds_xorshift64s(&c->rng);
 }
 
 /* Uniform in [-1, 1). */

@@ -104,22 +104,18 @@ static void stops_and_template(ds_eng *e)
 static int load_model(ds_eng *e, ds_err *err)
 {
 	const ds_srv_opts *o = e->o;
-	enum ds_numa numa = DS_NUMA_OFF;
-	unsigned flags = o->hugepages || o->numa ? 0 : DS_LOAD_POPULATE;
-	char warn[256] = "";
+	ds_load_opts lo = { .hugepages = o->hugepages };
+	char warn[256];
+	int rc;
 
-	if (o->numa && ds_numa_parse(o->numa, &numa, err))
+	if (o->numa && ds_numa_parse(o->numa, &lo.numa, err))
 		return -1;
-	if (ds_model_load(&e->m, o->model_dir, flags, err))
-		return -1;
-	e->have_model = 1;
-	if ((o->hugepages || o->numa) &&
-	    ds_model_place(&e->m, e->pool, o->hugepages, numa, &e->pl, warn,
-			   sizeof warn, err))
-		return -1;
-	if (o->hugepages && warn[0])
+	rc = ds_model_open(&e->m, e->pool, o->model_dir, &lo, &e->pl, warn,
+			   sizeof warn, err);
+	e->have_model = 1; /* freeable whatever the outcome */
+	if (rc == 0 && warn[0])
 		logf_(e, "warning: --hugepages: %s", warn);
-	return 0;
+	return rc;
 }
 
 static void *driver(void *arg)

@@ -73,26 +73,6 @@ static uint32_t last_cp(const uint8_t *s, size_t n)
 	return cp;
 }
 
-/* Longest added token of the wanted class starting at s (0 if none). */
-static size_t added_at(const ds_tok *t, const uint8_t *s, size_t n,
-		       int norm, int32_t *id)
-{
-	uint32_t cur = 0;
-	size_t best = 0;
-
-	for (size_t k = 0; k < n && k < t->max_added_len; k++) {
-		int32_t e;
-
-		if ((cur = tb_trie_step(t, 0, cur, s[k], &e)) == 0)
-			break;
-		if (e >= 0 && !!(t->tok[e].attr & TA_NORMALIZED) == norm) {
-			best = k + 1;
-			*id = e;
-		}
-	}
-	return best;
-}
-
 /* Split s[0..n) (at offset base of the buffer) on added tokens of one
  * class, appending spans to out. */
 static int split_added(struct enc *e, const uint8_t *s, size_t n, size_t base,
@@ -108,7 +88,8 @@ static int split_added(struct enc *e, const uint8_t *s, size_t n, size_t base,
 		uint32_t attr;
 
 		if (!(bm[s[i] >> 3] >> (s[i] & 7) & 1) ||
-		    (m = added_at(t, s + i, n - i, norm, &id)) == 0) {
+		    (m = tk_added_match(t, s + i, n - i, TA_NORMALIZED, norm,
+					  &id)) == 0) {
 			i++;
 			continue;
 		}
@@ -282,29 +263,10 @@ static int encode_sp_run(struct enc *e, const uint8_t *s, size_t n,
 	return tk_bpe_sp(e->t, e->wb.p, e->wb.n, out, e->w, e->err);
 }
 
-/* The longest special token at s that SentencePiece itself would not match:
- * a CONTROL or UNKNOWN piece tokenizer_config.json names (0 if none). */
-static size_t sp_special_at(const ds_tok *t, const uint8_t *s, size_t n,
-			    int32_t *id)
-{
-	uint32_t cur = 0;
-	size_t best = 0;
-
-	for (size_t k = 0; k < n && k < t->max_added_len; k++) {
-		int32_t x;
-
-		if ((cur = tb_trie_step(t, 0, cur, s[k], &x)) == 0)
-			break;
-		if (x >= 0 && (t->tok[x].attr & (TA_CONTROL | TA_UNKNOWN))) {
-			best = k + 1;
-			*id = x;
-		}
-	}
-	return best;
-}
-
 /* SentencePiece as Hugging Face's (slow) tokenizers run it: the text is cut
- * at those special tokens and each piece between is encoded on its own. */
+ * at the special tokens SentencePiece itself would not match (the CONTROL
+ * and UNKNOWN pieces tokenizer_config.json names), and each piece between
+ * is encoded on its own. */
 static int encode_sp(struct enc *e, const uint8_t *s, size_t n, ds_tok_ids *out)
 {
 	const ds_tok *t = e->t;
@@ -315,7 +277,8 @@ static int encode_sp(struct enc *e, const uint8_t *s, size_t n, ds_tok_ids *out)
 		return encode_sp_run(e, s, n, out);
 	while (i < n) {
 		if (!(t->first_raw[s[i] >> 3] >> (s[i] & 7) & 1) ||
-		    (m = sp_special_at(t, s + i, n - i, &id)) == 0) {
+		    (m = tk_added_match(t, s + i, n - i,
+					  TA_CONTROL | TA_UNKNOWN, 1, &id)) == 0) {
 			i++;
 			continue;
 		}

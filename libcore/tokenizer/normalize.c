@@ -276,24 +276,30 @@ static size_t charsmap_match(const ds_tok *t, const uint8_t *s, size_t n,
 	return best;
 }
 
-/* The longest user-defined piece at s (SentencePiece's PrefixMatcher). */
-size_t tk_user_match(const ds_tok *t, const uint8_t *s, size_t n)
+size_t tk_added_match(const ds_tok *t, const uint8_t *s, size_t n,
+		      uint32_t mask, int any, int32_t *id)
 {
 	uint32_t cur = 0;
 	size_t best = 0;
 
-	if (t->max_added_len == 0)
-		return 0;
 	for (size_t k = 0; k < n && k < t->max_added_len; k++) {
-		int32_t id;
+		int32_t x;
 
-		if ((cur = tb_trie_step(t, 0, cur, s[k], &id)) == 0)
+		if ((cur = tb_trie_step(t, 0, cur, s[k], &x)) == 0)
 			break;
-		/* (not the CONTROL and UNKNOWN pieces a config names special) */
-		if (id >= 0 && !(t->tok[id].attr & (TA_CONTROL | TA_UNKNOWN)))
+		if (x >= 0 && !!(t->tok[x].attr & mask) == any) {
 			best = k + 1;
+			if (id != NULL)
+				*id = x;
+		}
 	}
 	return best;
+}
+
+size_t tk_user_match(const ds_tok *t, const uint8_t *s, size_t n)
+{
+	/* not the CONTROL and UNKNOWN pieces a config names special */
+	return tk_added_match(t, s, n, TA_CONTROL | TA_UNKNOWN, 0, NULL);
 }
 
 /* One normalized prefix: the replacement and how much input it consumed. */

@@ -313,7 +313,13 @@ int tk_normalize_hf(const ds_tok *t, const uint8_t *src, size_t n, tb_buf *dst,
 /* normalize.c: SentencePiece normalization of the whole text. */
 int tk_normalize_sp(const ds_tok *t, const uint8_t *src, size_t n, tb_buf *dst,
 		    ds_err *err);
-/* normalize.c: the longest SentencePiece user-defined piece at s, 0 if none. */
+/* normalize.c: the longest added token at s whose attributes have a bit
+ * of MASK (ANY 1) or none (ANY 0); its id in *id (when not NULL); 0 if
+ * none. */
+size_t tk_added_match(const ds_tok *t, const uint8_t *s, size_t n,
+		      uint32_t mask, int any, int32_t *id);
+/* normalize.c: the longest SentencePiece user-defined piece at s
+ * (its PrefixMatcher), 0 if none. */
 size_t tk_user_match(const ds_tok *t, const uint8_t *s, size_t n);
 /* bpe.c: SentencePiece's output rules for one (piece, id). */
 int tk_sp_emit(const ds_tok *t, const uint8_t *s, size_t n, int32_t id,

@@ -56,6 +56,15 @@ static inline uint64_t ds_round_up(uint64_t x, uint64_t m)
 	return (x + m - 1) / m * m;
 }
 
+/* xorshift64*: a small reproducible generator (the state never 0). */
+static inline uint64_t ds_xorshift64s(uint64_t *s)
+{
+	*s ^= *s >> 12;
+	*s ^= *s << 25;
+	*s ^= *s >> 27;
+	return *s * 0x2545F4914F6CDD1DULL;
+}
+
 /* Allocation that fails cleanly: returns NULL and sets err on failure or
  * on n*size overflow.  Memory is zeroed. */
 void *ds_calloc(size_t n, size_t size, ds_err *err);
