@@ -241,13 +241,28 @@ static void peak_fn(void *arg)
 	ds_pool_run(j->b->pool, peak_share, j);
 }
 
+/* One dot-product peak in GOP/s on j->b's pool, the best over min_sec;
+ * *sec: that best pass's time. */
+static double peak_gops(struct probe_job *j, int kind, double min_sec,
+			double *sec)
+{
+	uint64_t macs = 0;
+
+	j->kind = kind;
+	j->iters = 1 << 14;
+	*sec = best_of(peak_fn, j, min_sec);
+	for (int i = 0; i < j->b->threads; i++)
+		macs += j->macs[i];
+	return 2.0 * (double)macs / *sec * 1e-9;
+}
+
 static void base_rows(bench *b, int peaks)
 {
 	static const char *const kinds[3] = { "int8", "bf16", "fp32" };
 	struct probe_job *j = calloc(1, sizeof *j);
 	ds_kbench_row r;
 	double clock = ds_kbench_clock_ghz();
-	int i, kind;
+	int kind;
 
 	j->b = b;
 	j->k = ds_kernels_get();
@@ -272,17 +287,11 @@ static void base_rows(bench *b, int peaks)
 	r.sec = r.us * 1e-6;
 	row(b, &r);
 	for (kind = 0; peaks && kind < 3; kind++) {
-		uint64_t macs = 0;
-
-		j->kind = kind;
-		j->iters = 1 << 14;
 		memset(&r, 0, sizeof r);
 		r.op = "peak";
 		snprintf(r.type, sizeof r.type, "%s", kinds[kind]);
-		r.sec = best_of(peak_fn, j, b->o->min_sec / 4);
-		for (i = 0; i < b->threads; i++)
-			macs += j->macs[i];
-		r.gops = b->peak[kind] = 2.0 * (double)macs / r.sec * 1e-9;
+		r.gops = b->peak[kind] = peak_gops(j, kind, b->o->min_sec / 4,
+						   &r.sec);
 		/* operations per cycle per thread at the measured clock */
 		r.ratio = r.gops / (clock * b->threads);
 		r.ghz = clock;
@@ -292,11 +301,11 @@ static void base_rows(bench *b, int peaks)
 }
 
 int ds_kbench_probe(ds_pool *pool, size_t ws_bytes, double min_sec,
-		    double *read_gbs, double peak_gops[3], ds_err *err)
+		    double *read_gbs, double peak_gops_out[3], ds_err *err)
 {
 	struct probe_job *j = calloc(1, sizeof *j);
 	bench b;
-	int kind, i;
+	double sec;
 
 	memset(&b, 0, sizeof b);
 	b.pool = pool;
@@ -312,17 +321,8 @@ int ds_kbench_probe(ds_pool *pool, size_t ws_bytes, double min_sec,
 	j->b = &b;
 	j->k = ds_kernels_get();
 	*read_gbs = (double)b.ws_bytes / best_of(probe_fn, j, min_sec) * 1e-9;
-	for (kind = 0; kind < 3; kind++) {
-		uint64_t macs = 0;
-		double sec;
-
-		j->kind = kind;
-		j->iters = 1 << 14;
-		sec = best_of(peak_fn, j, min_sec / 4);
-		for (i = 0; i < b.threads; i++)
-			macs += j->macs[i];
-		peak_gops[kind] = 2.0 * (double)macs / sec * 1e-9;
-	}
+	for (int kind = 0; kind < 3; kind++)
+		peak_gops_out[kind] = peak_gops(j, kind, min_sec / 4, &sec);
 	free(b.ws);
 	free(j);
 	return 0;
