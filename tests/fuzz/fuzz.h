@@ -101,21 +101,11 @@ static inline const char *fz_write(const char *name, const void *data,
 {
 	const char *p = fz_path(name);
 	int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	const uint8_t *d = data;
+	ds_err err;
 
-	if (fd < 0) {
-		perror(p);
+	if (fd < 0 || ds_write_all(fd, data, size, p, &err) != 0) {
+		fprintf(stderr, "%s: %s\n", p, fd < 0 ? strerror(errno) : err.msg);
 		abort();
-	}
-	while (size > 0) {
-		ssize_t w = write(fd, d, size);
-
-		if (w <= 0) {
-			perror(p);
-			abort();
-		}
-		d += w;
-		size -= (size_t)w;
 	}
 	close(fd);
 	return p;
