@@ -147,6 +147,19 @@ void ops_mm_tile(const ds_ctx *c, const ds_mat *w, size_t rs,
 	c->kern->mm[w->type.dt](&v, x, tile, DS_ROWSET, 0, 1);
 }
 
+size_t ops_mv_rows(const ds_ctx *c, const ds_mat *w, size_t rs, size_t n,
+		   const ds_act *x, float *out)
+{
+	size_t r0 = rs * DS_ROWSET, nr = w->n - r0;
+	ds_mat v;
+
+	DS_ASSERT(x->t == 1 && n <= TB_MAX && r0 < w->n);
+	nr = nr < n * DS_ROWSET ? nr : n * DS_ROWSET;
+	v = ds_mat_rows(w, r0, nr);
+	c->kern->mm[v.type.dt](&v, x, out, nr, 0, n);
+	return nr;
+}
+
 /* ---- the product job --------------------------------------------------------- */
 
 #define MM_MAX 8   /* outputs per job */
@@ -373,6 +386,21 @@ static void ffn_prep(struct ffn_job *j, const ds_mat *w, int need, int ith,
 			     w->perm, j->in->norm, j->in->eps, need, j->dst, r);
 }
 
+/* One activation row (decode): gate and up each over up to TB_MAX
+ * row-sets at a time, then the gated product. */
+static void ffn_vec(struct ffn_job *j, const ds_act *ag, const ds_act *au,
+		    float *tg, float *tu, size_t b, size_t e, size_t tb)
+{
+	size_t rs, n, nr;
+
+	for (rs = b; rs < e; rs += n) {
+		n = e - rs < TB_MAX ? e - rs : TB_MAX;
+		nr = ops_mv_rows(j->c, j->gate, rs, n, ag, tg);
+		(void)ops_mv_rows(j->c, j->up, rs, n, au, tu);
+		j->c->kern->silu_mul(tg, tu, nr, j->h + (j->t0 + tb) * j->ldh + rs * DS_ROWSET);
+	}
+}
+
 /* The thread's row-sets for one block of rows: pass 0 both products
  * (gate and up from the same prepared rows), pass 1 gate alone into h,
  * pass 2 up alone, combined with the gate values already in h. */
@@ -385,6 +413,10 @@ static void ffn_block(struct ffn_job *j, int ith, size_t b, size_t e,
 	ds_act au = ops_act(j->dst, need_of(j->up->type), tb, nt);
 	size_t rs, t;
 
+	if (nt == 1 && pass == 0) {
+		ffn_vec(j, &ag, &au, tg, tu, b, e, tb);
+		return;
+	}
 	for (rs = b; rs < e; rs++) {
 		size_t nv = j->gate->n - rs * DS_ROWSET;
 		float *hr = j->h + (j->t0 + tb) * j->ldh + rs * DS_ROWSET;

@@ -133,6 +133,65 @@ static void gate_up_item(struct moe_job *j, int ith, size_t item, int pass)
 	}
 }
 
+/* Items i .. of one expert with a single row (decode), up to the end of
+ * the thread's items, the expert's, or TB_MAX row-sets, as one streamed
+ * range; returns the first item not done. */
+static size_t gate_up_run(struct moe_job *j, int ith, size_t i, size_t e)
+{
+	int32_t ex = j->act[i / j->ff_sets];
+	size_t rs = i % j->ff_sets, n = j->ff_sets - rs, r0 = (size_t)j->off[ex], nr;
+	ds_mat g = ds_mat_expert(j->gate, (uint64_t)ex), u = ds_mat_expert(j->up, (uint64_t)ex);
+	float *tg = ops_thr(j->c, ith), *tu = tg + TB_MAX * DS_ROWSET;
+	ds_act ag = ops_act(j->xd, need_of(g.type), r0, 1);
+	ds_act au = ops_act(j->xd, need_of(u.type), r0, 1);
+
+	n = n < e - i ? n : e - i;
+	n = n < TB_MAX ? n : TB_MAX;
+	nr = ops_mv_rows(j->c, &g, rs, n, &ag, tg);
+	(void)ops_mv_rows(j->c, &u, rs, n, &au, tu);
+	j->c->kern->silu_mul(tg, tu, nr, j->c->moe_h + r0 * j->c->cfg.moe_ff + rs * DS_ROWSET);
+	return i + n;
+}
+
+static void gate_up_share(struct moe_job *j, int ith, size_t b, size_t e,
+			  int pass)
+{
+	size_t i = b;
+
+	while (i < e) {
+		int32_t ex = j->act[i / j->ff_sets];
+
+		if (pass == 0 && j->off[ex + 1] - j->off[ex] == 1) {
+			i = gate_up_run(j, ith, i, e);
+			continue;
+		}
+		gate_up_item(j, ith, i++, pass);
+	}
+}
+
+/* down for one token per expert (decode): each expert over the thread's
+ * row-sets as streamed ranges, added into y in the order of down_share. */
+static void down_vec(struct moe_job *j, int ith, size_t b, size_t e)
+{
+	const ds_kernels *K = j->c->kern;
+	float *tile = ops_thr(j->c, ith);
+	size_t a, rs, n, nr;
+
+	for (a = 0; a < j->nact; a++) {
+		int32_t ex = j->act[a];
+		ds_mat d = ds_mat_expert(j->down, (uint64_t)ex);
+		size_t r0 = (size_t)j->off[ex], tok = (size_t)j->c->moe_tok[r0];
+		ds_act ah = ops_act(j->hd, need_of(d.type), r0, 1);
+
+		for (rs = b; rs < e; rs += n) {
+			n = e - rs < TB_MAX ? e - rs : TB_MAX;
+			nr = ops_mv_rows(j->c, &d, rs, n, &ah, tile);
+			K->axpy(j->c->moe_w[r0], tile, nr,
+				j->y + (j->t0 + tok) * j->ldy + rs * DS_ROWSET);
+		}
+	}
+}
+
 static void down_share(struct moe_job *j, int ith, int nth)
 {
 	const ds_kernels *K = j->c->kern;
@@ -140,6 +199,10 @@ static void down_share(struct moe_job *j, int ith, int nth)
 	size_t b, e, rs, a, tb, t, TB = ops_tb(need_of(j->down->type), j->down->kp);
 
 	ds_split((j->down->n + DS_ROWSET - 1) / DS_ROWSET, ith, nth, &b, &e);
+	if (j->rows == j->nact) {   /* every active expert has one row */
+		down_vec(j, ith, b, e);
+		return;
+	}
 	for (rs = b; rs < e; rs++) {
 		size_t nv = j->down->n - rs * DS_ROWSET;
 
@@ -169,15 +232,14 @@ static void moe_fn(void *arg, int ith, int nth)
 {
 	struct moe_job *j = arg;
 	int ng = need_of(j->gate->type), nu = need_of(j->up->type), pass;
-	size_t b, e, i;
+	size_t b, e;
 
 	item_share(j, ith, nth, &b, &e);
 	for (pass = j->two_pass ? 1 : 0; pass <= (j->two_pass ? 2 : 0); pass++) {
 		prep_x(j, pass == 2 ? j->up : j->gate,
 		       pass == 0 ? ng | nu : pass == 1 ? ng : nu, ith, nth);
 		ds_pool_barrier(j->c->pool);
-		for (i = b; i < e; i++)
-			gate_up_item(j, ith, i, pass);
+		gate_up_share(j, ith, b, e, pass);
 		ds_pool_barrier(j->c->pool);
 	}
 	prep_h(j, ith, nth);

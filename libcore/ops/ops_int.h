@@ -58,6 +58,12 @@ int ops_perm_same(const int32_t *a, const int32_t *b, size_t k);
 void ops_mm_tile(const ds_ctx *c, const ds_mat *w, size_t rs,
 		 const ds_act *x, float *tile);
 
+/* One activation row x through row-sets rs .. rs+n-1 of w (n <= TB_MAX)
+ * into out[0 ..), streamed as the kernel streams a whole matrix (several
+ * row-sets in flight, not one at a time); returns the outputs written. */
+size_t ops_mv_rows(const ds_ctx *c, const ds_mat *w, size_t rs, size_t n,
+		   const ds_act *x, float *out);
+
 /* fn(arg, r0, r1, ith) over shares of rows, on the pool, or on the
  * caller alone when the work (rows * work_per_row) is too small to repay
  * a pool round trip. */
