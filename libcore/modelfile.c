@@ -232,24 +232,77 @@ int ds_mwriter_begin(ds_mwriter *w, const char *name, ds_ttype t, int ndim,
 	return 0;
 }
 
-int ds_mwriter_write(ds_mwriter *w, const void *data, size_t len, ds_err *err)
-{
-	const uint8_t *p = data;
+/* model.bin goes out in whole, aligned 2 MiB writes (the gaps between
+ * tensors zero): the page cache then holds the new file in 2 MiB folios,
+ * which ds_map_open's DS_MAP_HUGE maps with one PMD entry each. */
+#define BLK_SIZE ((size_t)2 << 20)
 
-	DS_ASSERT(w->cur != NULL && w->cur_done + len <= w->cur_size);
-	w->cur_crc = ds_crc32(w->cur_crc, data, len);
-	while (len > 0) {
-		ssize_t r = pwrite(w->fd, p, len, (off_t)(w->cur_off + w->cur_done));
+static int blk_flush(ds_mwriter *w, size_t len, ds_err *err)
+{
+	size_t done = 0;
+
+	while (done < len) {
+		ssize_t r = pwrite(w->fd, w->blk + done, len - done,
+				   (off_t)(w->blk_off + done));
 
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r <= 0)
 			return ds_errf(err, "%s: write: %s", w->bin_path,
 				       r < 0 ? strerror(errno) : "no progress");
-		p += r;
-		len -= (size_t)r;
-		w->cur_done += (uint64_t)r;
+		done += (size_t)r;
 	}
+	return 0;
+}
+
+/* Copies len bytes for file offset off (never before the current block). */
+static int blk_put(ds_mwriter *w, uint64_t off, const uint8_t *p, size_t len,
+		   ds_err *err)
+{
+	if (w->blk == NULL && (w->blk = calloc(1, BLK_SIZE)) == NULL)
+		return ds_errf(err, "%s: out of memory", w->bin_path);
+	while (len > 0) {
+		uint64_t at = off - w->blk_off;
+		size_t n;
+
+		if (at >= BLK_SIZE) {
+			if (blk_flush(w, BLK_SIZE, err))
+				return -1;
+			memset(w->blk, 0, BLK_SIZE);
+			w->blk_off += BLK_SIZE;
+			continue;
+		}
+		n = BLK_SIZE - (size_t)at < len ? BLK_SIZE - (size_t)at : len;
+		memcpy(w->blk + at, p, n);
+		p += n;
+		off += n;
+		len -= n;
+	}
+	return 0;
+}
+
+/* The last, partial block; the file is end bytes long even where it ends
+ * in empty tensors past the data. */
+static int blk_finish(ds_mwriter *w, ds_err *err)
+{
+	uint64_t n = w->end - w->blk_off;
+
+	if (w->blk != NULL && blk_flush(w, n < BLK_SIZE ? (size_t)n : BLK_SIZE,
+					err))
+		return -1;
+	if (ftruncate(w->fd, (off_t)w->end) != 0)
+		return ds_errf(err, "%s: truncate: %s", w->bin_path,
+			       strerror(errno));
+	return 0;
+}
+
+int ds_mwriter_write(ds_mwriter *w, const void *data, size_t len, ds_err *err)
+{
+	DS_ASSERT(w->cur != NULL && w->cur_done + len <= w->cur_size);
+	w->cur_crc = ds_crc32(w->cur_crc, data, len);
+	if (blk_put(w, w->cur_off + w->cur_done, data, len, err))
+		return -1;
+	w->cur_done += len;
 	return 0;
 }
 
@@ -412,6 +465,8 @@ static void sync_parent(const char *dst)
 int ds_mwriter_commit(ds_mwriter *w, json_t *meta, ds_err *err)
 {
 	DS_ASSERT(w->cur == NULL && w->fd >= 0);
+	if (blk_finish(w, err))
+		return -1;
 	if (fsync(w->fd) != 0)
 		return ds_errf(err, "%s: fsync: %s", w->bin_path, strerror(errno));
 	if (close(w->fd) != 0) {
@@ -448,6 +503,8 @@ void ds_mwriter_abort(ds_mwriter *w)
 	ds_tmpdir_remove(&w->tmp);
 	json_decref(w->tensors);
 	json_decref(w->cur);
+	free(w->blk);
+	w->blk = NULL;
 	free(w->bin_path);
 	free(w->dst);
 	w->tensors = w->cur = NULL;
@@ -802,8 +859,8 @@ int ds_model_load(ds_model *m, const char *dir, unsigned flags, ds_err *err)
 			m->meta ? "not a JSON object" : jerr.text);
 		goto out;
 	}
-	if (ds_map_open(&m->bin, bp, flags & DS_LOAD_POPULATE ? DS_MAP_POPULATE
-							       : 0, err))
+	if (ds_map_open(&m->bin, bp, DS_MAP_HUGE | (flags & DS_LOAD_POPULATE ?
+						    DS_MAP_POPULATE : 0), err))
 		goto out;
 	if (parse_meta(m, err)) {
 		ds_err_prefix(err, "%s", dir);

@@ -54,6 +54,8 @@ typedef struct ds_mwriter {
 	char *bin_path;
 	int fd;                /* model.bin */
 	uint64_t end;          /* end of the data written so far */
+	uint8_t *blk;          /* the 2 MiB of the file being filled */
+	uint64_t blk_off;      /* its offset (a multiple of 2 MiB) */
 	struct json_t *tensors;/* entries written so far */
 	/* the tensor being streamed (between begin and end) */
 	struct json_t *cur;

@@ -81,7 +81,8 @@ typedef struct ds_map {
 } ds_map;
 
 enum {
-	DS_MAP_POPULATE = 1 << 0, /* MAP_POPULATE: fault everything in now */
+	DS_MAP_POPULATE = 1 << 0, /* fault everything in now */
+	DS_MAP_HUGE = 1 << 1,     /* 2 MiB-aligned, MADV_HUGEPAGE (weights) */
 };
 
 int ds_map_open(ds_map *m, const char *path, int flags, ds_err *err);

@@ -259,6 +259,55 @@ static void test_writer_dst(void)
 	T_CHECK(count_tmp() == 0 && access(dst, F_OK) != 0);
 }
 
+/* Tensors across the writer's 2 MiB blocks, streamed in odd pieces: the
+ * file holds each at its aligned offset, zeros between, and ends where the
+ * last one ends; DS_MAP_HUGE maps it 2 MiB-aligned with the same bytes. */
+static void test_writer_blocks(void)
+{
+	static const uint64_t counts[] = { 700001, 3, 524288, 1 };
+	uint64_t off[4], end = 0, i, j;
+	uint8_t *want;
+	char *got = NULL;
+	ds_mwriter w;
+	ds_err err;
+	ds_map m;
+	json_t *meta;
+	char p[200], name[8];
+	size_t bytes;
+
+	rm_dst();
+	T_CHECK(ds_mwriter_open(&w, dst, 0, &err) == 0);
+	want = calloc(1, 8 << 20);
+	for (i = 0; i < 4; i++) {
+		uint64_t n = counts[i] * 4, k;
+
+		off[i] = ds_round_up(end, DS_MODEL_ALIGN);
+		for (k = 0; k < n; k++)
+			want[off[i] + k] = (uint8_t)(t_rand(&seed) | 1);
+		snprintf(name, sizeof name, "t%d", (int)i);
+		T_CHECK(ds_mwriter_begin(&w, name, (ds_ttype){ DS_F32, 0 }, 1,
+					 &counts[i], &err) == 0);
+		for (j = 0; j < n; j += 333331)
+			T_CHECK(ds_mwriter_write(&w, want + off[i] + j, n - j <
+						 333331 ? n - j : 333331, &err) == 0);
+		T_CHECK(ds_mwriter_end(&w, &err) == 0);
+		end = off[i] + n;
+	}
+	meta = meta_base();
+	T_CHECK(ds_mwriter_commit(&w, meta, &err) == 0);
+	json_decref(meta);
+	snprintf(p, sizeof p, "%s/model.bin", dst);
+	T_CHECK(ds_read_file(p, 16 << 20, &got, &bytes, &err) == 0);
+	T_CHECK(got != NULL && bytes == end);
+	T_CHECK(got != NULL && memcmp(got, want, end) == 0);
+	T_CHECK(ds_map_open(&m, p, DS_MAP_HUGE | DS_MAP_POPULATE, &err) == 0);
+	T_CHECK(m.size == end && ((uintptr_t)m.data & ((2u << 20) - 1)) == 0);
+	T_CHECK(memcmp(m.data, want, end) == 0);
+	ds_map_close(&m);
+	free(got);
+	free(want);
+}
+
 static void test_stale_tmp(void)
 {
 	ds_mwriter w;
@@ -467,6 +516,7 @@ int main(void)
 	T_RUN(test_round_trip);
 	T_RUN(test_verify_flip);
 	T_RUN(test_writer_dst);
+	T_RUN(test_writer_blocks);
 	T_RUN(test_stale_tmp);
 	{
 		uint8_t **datas;
