@@ -193,6 +193,9 @@ int ds_tune_check_path(const char *path, const char *where, ds_err *err)
 		if ((unsigned char)*c <= ' ' || (unsigned char)*c >= 0x7f)
 			return ds_errf(err, "%s: blank, control or non-ASCII "
 				       "character in path \"%s\"", where, path);
+	/* the text form "PATH = VALUE" splits at the first '=' */
+	if (strchr(path, '=') != NULL)
+		return ds_errf(err, "%s: '=' in path \"%s\"", where, path);
 	return 0;
 }
 
@@ -205,6 +208,10 @@ static int check_value(const char *v, const char *where, ds_err *err)
 		if ((unsigned char)*c < ' ' || (unsigned char)*c >= 0x7f)
 			return ds_errf(err, "%s: control or non-ASCII character "
 				       "in value", where);
+	/* the text form trims them, so they could not be read back */
+	if (*v == ' ' || (*v != '\0' && v[strlen(v) - 1] == ' '))
+		return ds_errf(err, "%s: value \"%s\" begins or ends with a "
+			       "blank", where, v);
 	return 0;
 }
 

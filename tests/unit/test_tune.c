@@ -222,6 +222,15 @@ static void test_plan_parse(void)
 		{ "run = x\n", "unknown key \"run\"" },
 		{ "run.x = x\n", "unknown key" },
 		{ "/sys/a = b\tc\n", "control or non-ASCII character" },
+		{ "{\"format\": \"ds-tune-plan\", \"version\": 1, \"actions\": "
+		  "[{\"op\": \"write\", \"path\": \"/sys/a=b\", \"value\": \"c\"}]}",
+		  "'=' in path \"/sys/a=b\"" },
+		{ "{\"format\": \"ds-tune-plan\", \"version\": 1, \"actions\": "
+		  "[{\"op\": \"write\", \"path\": \"/sys/a\", \"value\": \" 1\"}]}",
+		  "value \" 1\" begins or ends with a blank" },
+		{ "{\"format\": \"ds-tune-plan\", \"version\": 1, \"actions\": "
+		  "[{\"op\": \"write\", \"path\": \"/sys/a\", \"value\": \"1 \"}]}",
+		  "begins or ends with a blank" },
 		{ "{\"format\": \"ds-tune-plan\", \"version\": 2, \"actions\": []}",
 		  "not a ds-tune plan" },
 		{ "{\"format\": \"ds-tune-plan\", \"version\": 1, \"actions\": "
