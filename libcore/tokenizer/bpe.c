@@ -292,16 +292,36 @@ static int32_t sp_piece_id(const ds_tok *t, const uint8_t *s, size_t n)
 /* Emit (piece, id) as SentencePiece's PopulateSentencePieceText does: an
  * unknown piece becomes its bytes' <0xHH> tokens (byte_fallback), or merges
  * with an unknown piece just before it. */
+/* The text is named by its bytes in hex: it may be anything. */
+static int no_unk(const ds_tok *t, const uint8_t *s, size_t n, ds_err *err)
+{
+	char hex[3 * 8 + 4] = "";
+	size_t i, k = 0;
+
+	for (i = 0; i < n && i < 8; i++)
+		k += (size_t)snprintf(hex + k, sizeof hex - k, "%s%02x",
+				      i ? " " : "", s[i]);
+	if (n > 8)
+		snprintf(hex + k, sizeof hex - k, " ..");
+	return ds_errf(err, "%s: no token for the text %s and no unknown "
+		       "token to stand for it", t->name, hex);
+}
+
 int tk_sp_emit(const ds_tok *t, const uint8_t *s, size_t n, int32_t id,
 	       int *prev_unk, ds_tok_ids *out, ds_err *err)
 {
 	int unk = id >= 0 && (t->tok[id].attr & TA_UNKNOWN);
 
+	if (id < 0) /* as Hugging Face's Unigram: an error, not a dropped piece */
+		return no_unk(t, s, n, err);
 	if (unk && (t->h->flags & TBF_BYTE_FALLBACK)) {
 		for (size_t i = 0; i < n; i++) {
-			int32_t b = t->byte_ids[s[i]];
+			int32_t b = t->byte_ids[s[i]] >= 0 ? t->byte_ids[s[i]]
+							   : t->h->unk;
 
-			if (tk_ids_push(out, b >= 0 ? b : t->h->unk, err))
+			if (b < 0)
+				return no_unk(t, s + i, 1, err);
+			if (tk_ids_push(out, b, err))
 				return -1;
 		}
 	} else if (!(unk && *prev_unk)) {

@@ -6,6 +6,7 @@
  * Small tokenizers are written here, so none of this needs the npm cache. */
 #include <jansson.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -370,6 +371,56 @@ static int load_image(const uint8_t *img, size_t len, ds_tok **t, ds_err *err)
 	return ds_tok_load(t, path_in("x.bin"), err);
 }
 
+static int memchr_i32(const int32_t *v, size_t n, int32_t x)
+{
+	for (size_t i = 0; i < n; i++)
+		if (v[i] == x)
+			return 1;
+	return 0;
+}
+
+/* A SentencePiece Unigram image whose header names no unknown token (as
+ * only a made file can): text outside the vocabulary is an error naming
+ * the bytes, never id -1 (found by fuzz_tokbin); inside it, encodes. */
+static void test_bin_no_unk(void)
+{
+	const size_t unk_at = offsetof(struct tb_header, unk);
+	const char *text = "a \xe2\x98\x83 b"; /* U+2603 is not a piece */
+	uint8_t *img = NULL;
+	size_t len = 0;
+	ds_tok_ids ids = { 0 };
+	ds_tok *t = NULL;
+	ds_err err;
+	int32_t none = -1;
+
+	T_CHECKF(ds_tok_compile("testdata/tok/sp/uni.model", NULL, &img, &len,
+				&err) == 0, "%s", err.msg);
+	if (img == NULL)
+		return;
+	/* with its unknown token the snowman is that token */
+	T_CHECKF(load_image(img, len, &t, &err) == 0, "%s", err.msg);
+	T_CHECK(t != NULL && ds_tok_encode(t, text, strlen(text), 0, &ids,
+					   &err) == 0);
+	T_CHECK(t != NULL && memchr_i32(ids.v, ids.n, t->h->unk));
+	ds_tok_ids_free(&ids);
+	ds_tok_free(t);
+	t = NULL;
+	memcpy(img + unk_at, &none, sizeof none);
+	T_CHECKF(load_image(img, len, &t, &err) == 0, "%s", err.msg);
+	if (t != NULL) {
+		T_CHECK(ds_tok_encode(t, text, strlen(text), 0, &ids, &err) == -1);
+		T_CHECKF(strstr(err.msg, "x.bin: no token for the text e2 98 83 "
+				"and no unknown token") != NULL, "%s", err.msg);
+		ds_tok_ids_free(&ids);
+		T_CHECK(ds_tok_encode(t, "a b", 3, 0, &ids, &err) == 0 && ids.n > 0);
+		for (size_t i = 0; i < ids.n; i++)
+			T_CHECK(ids.v[i] >= 0);
+		ds_tok_ids_free(&ids);
+	}
+	ds_tok_free(t);
+	free(img);
+}
+
 static void test_bin_validation(void)
 {
 	size_t len = 0;
@@ -621,6 +672,7 @@ int main(void)
 	T_RUN(test_chat_template_names);
 	T_RUN(test_convert_meta);
 	T_RUN(test_onig_translation);
+	T_RUN(test_bin_no_unk);
 	{
 		char cmd[300];
 
