@@ -234,45 +234,32 @@ int ds_mwriter_begin(ds_mwriter *w, const char *name, ds_ttype t, int ndim,
 
 /* model.bin goes out in whole, aligned 2 MiB writes (the gaps between
  * tensors zero): the page cache then holds the new file in 2 MiB folios,
- * which ds_map_open's DS_MAP_HUGE maps with one PMD entry each. */
-#define BLK_SIZE ((size_t)2 << 20)
-
+ * which ds_map_open's DS_MAP_HUGE maps with one PMD entry each.  The
+ * blocks go out in order, each whole but the last, so the file offset is
+ * always blk_off and plain sequential writes put them there. */
 static int blk_flush(ds_mwriter *w, size_t len, ds_err *err)
 {
-	size_t done = 0;
-
-	while (done < len) {
-		ssize_t r = pwrite(w->fd, w->blk + done, len - done,
-				   (off_t)(w->blk_off + done));
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			return ds_errf(err, "%s: write: %s", w->bin_path,
-				       r < 0 ? strerror(errno) : "no progress");
-		done += (size_t)r;
-	}
-	return 0;
+	return ds_write_all(w->fd, w->blk, len, w->bin_path, err);
 }
 
 /* Copies len bytes for file offset off (never before the current block). */
 static int blk_put(ds_mwriter *w, uint64_t off, const uint8_t *p, size_t len,
 		   ds_err *err)
 {
-	if (w->blk == NULL && (w->blk = calloc(1, BLK_SIZE)) == NULL)
+	if (w->blk == NULL && (w->blk = calloc(1, DS_HUGE_2M)) == NULL)
 		return ds_errf(err, "%s: out of memory", w->bin_path);
 	while (len > 0) {
 		uint64_t at = off - w->blk_off;
 		size_t n;
 
-		if (at >= BLK_SIZE) {
-			if (blk_flush(w, BLK_SIZE, err))
+		if (at >= DS_HUGE_2M) {
+			if (blk_flush(w, DS_HUGE_2M, err))
 				return -1;
-			memset(w->blk, 0, BLK_SIZE);
-			w->blk_off += BLK_SIZE;
+			memset(w->blk, 0, DS_HUGE_2M);
+			w->blk_off += DS_HUGE_2M;
 			continue;
 		}
-		n = BLK_SIZE - (size_t)at < len ? BLK_SIZE - (size_t)at : len;
+		n = DS_HUGE_2M - (size_t)at < len ? DS_HUGE_2M - (size_t)at : len;
 		memcpy(w->blk + at, p, n);
 		p += n;
 		off += n;
@@ -287,7 +274,7 @@ static int blk_finish(ds_mwriter *w, ds_err *err)
 {
 	uint64_t n = w->end - w->blk_off;
 
-	if (w->blk != NULL && blk_flush(w, n < BLK_SIZE ? (size_t)n : BLK_SIZE,
+	if (w->blk != NULL && blk_flush(w, n < DS_HUGE_2M ? (size_t)n : DS_HUGE_2M,
 					err))
 		return -1;
 	if (ftruncate(w->fd, (off_t)w->end) != 0)

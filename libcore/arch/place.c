@@ -7,7 +7,6 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#define HUGE_2M (2u << 20)
 
 int ds_numa_parse(const char *s, enum ds_numa *mode, ds_err *err)
 {
@@ -31,11 +30,11 @@ typedef struct copy_job {
 static void copy_fn(void *arg, int ith, int nth)
 {
 	const copy_job *j = arg;
-	size_t pages = (j->bytes + HUGE_2M - 1) / HUGE_2M, b, e;
+	size_t pages = (j->bytes + DS_HUGE_2M - 1) / DS_HUGE_2M, b, e;
 
 	ds_split(pages, ith, nth, &b, &e);
-	b *= HUGE_2M;
-	e = e * HUGE_2M < j->bytes ? e * HUGE_2M : j->bytes;
+	b *= DS_HUGE_2M;
+	e = e * DS_HUGE_2M < j->bytes ? e * DS_HUGE_2M : j->bytes;
 	if (b < e)
 		memcpy(j->dst + b, j->src + b, e - b);
 }
@@ -46,7 +45,7 @@ static int huge_map(ds_placement *pl, size_t bytes, char *warn,
 {
 	void *p;
 
-	pl->bytes = ds_round_up(bytes, HUGE_2M);
+	pl->bytes = ds_round_up(bytes, DS_HUGE_2M);
 	p = mmap(NULL, pl->bytes, PROT_READ | PROT_WRITE,
 		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
 	if (p != MAP_FAILED) {

@@ -296,7 +296,7 @@ static int grow(ctx *c, uint64_t bytes, ds_err *err)
 	free(c->buf);
 	c->buf = NULL;
 	c->buf_size = 0;
-	if (posix_memalign(&p, 2u << 20, bytes) != 0)
+	if (posix_memalign(&p, DS_HUGE_2M, bytes) != 0)
 		return ds_errf(err, "out of memory for a %llu-byte tensor",
 			       (unsigned long long)bytes);
 	madvise(p, bytes, MADV_HUGEPAGE);

@@ -289,9 +289,6 @@ static int32_t sp_piece_id(const ds_tok *t, const uint8_t *s, size_t n)
 	return id >= 0 ? id : t->h->unk;
 }
 
-/* Emit (piece, id) as SentencePiece's PopulateSentencePieceText does: an
- * unknown piece becomes its bytes' <0xHH> tokens (byte_fallback), or merges
- * with an unknown piece just before it. */
 /* The text is named by its bytes in hex: it may be anything. */
 static int no_unk(const ds_tok *t, const uint8_t *s, size_t n, ds_err *err)
 {
@@ -307,6 +304,9 @@ static int no_unk(const ds_tok *t, const uint8_t *s, size_t n, ds_err *err)
 		       "token to stand for it", t->name, hex);
 }
 
+/* Emit (piece, id) as SentencePiece's PopulateSentencePieceText does: an
+ * unknown piece becomes its bytes' <0xHH> tokens (byte_fallback), or merges
+ * with an unknown piece just before it. */
 int tk_sp_emit(const ds_tok *t, const uint8_t *s, size_t n, int32_t id,
 	       int *prev_unk, ds_tok_ids *out, ds_err *err)
 {
@@ -316,9 +316,10 @@ int tk_sp_emit(const ds_tok *t, const uint8_t *s, size_t n, int32_t id,
 		return no_unk(t, s, n, err);
 	if (unk && (t->h->flags & TBF_BYTE_FALLBACK)) {
 		for (size_t i = 0; i < n; i++) {
-			int32_t b = t->byte_ids[s[i]] >= 0 ? t->byte_ids[s[i]]
-							   : t->h->unk;
+			int32_t b = t->byte_ids[s[i]];
 
+			if (b < 0)
+				b = t->h->unk;
 			if (b < 0)
 				return no_unk(t, s + i, 1, err);
 			if (tk_ids_push(out, b, err))

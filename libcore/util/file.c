@@ -12,14 +12,12 @@
 
 #include "util.h"
 
-#define MAP_HUGE_ALIGN ((size_t)2 << 20)
-
 /* The file at a 2 MiB-aligned address, so that the kernel can map the
  * page cache's 2 MiB folios with one PMD entry each: inside a reserved
  * range, the slack either side given back. */
 static void *map_aligned(int fd, size_t size)
 {
-	size_t span = size + MAP_HUGE_ALIGN, len = (size_t)ds_round_up(size, 4096);
+	size_t span = size + DS_HUGE_2M, len = (size_t)ds_round_up(size, 4096);
 	uint8_t *r, *a;
 
 	if (span < size)
@@ -28,7 +26,7 @@ static void *map_aligned(int fd, size_t size)
 		 MAP_NORESERVE, -1, 0);
 	if (r == MAP_FAILED)
 		return MAP_FAILED;
-	a = (uint8_t *)(uintptr_t)ds_round_up((uintptr_t)r, MAP_HUGE_ALIGN);
+	a = (uint8_t *)(uintptr_t)ds_round_up((uintptr_t)r, DS_HUGE_2M);
 	if (mmap(a, size, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0) ==
 	    MAP_FAILED) {
 		munmap(r, span);
@@ -77,7 +75,7 @@ int ds_map_open(ds_map *m, const char *path, int flags, ds_err *err)
 	m->size = (size_t)st.st_size;
 	if (m->size == 0)
 		return 0;
-	if ((flags & DS_MAP_HUGE) && m->size >= MAP_HUGE_ALIGN)
+	if ((flags & DS_MAP_HUGE) && m->size >= DS_HUGE_2M)
 		p = map_aligned(m->fd, m->size);
 	else
 		p = mmap(NULL, m->size, PROT_READ, MAP_PRIVATE, m->fd, 0);

@@ -80,6 +80,9 @@ typedef struct ds_map {
 	int fd;
 } ds_map;
 
+/* A huge page (x86-64 PMD): weights are mapped, written and placed in these. */
+#define DS_HUGE_2M ((size_t)2 << 20)
+
 enum {
 	DS_MAP_POPULATE = 1 << 0, /* fault everything in now */
 	DS_MAP_HUGE = 1 << 1,     /* 2 MiB-aligned, MADV_HUGEPAGE (weights) */

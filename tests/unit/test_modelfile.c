@@ -301,7 +301,7 @@ static void test_writer_blocks(void)
 	T_CHECK(got != NULL && bytes == end);
 	T_CHECK(got != NULL && memcmp(got, want, end) == 0);
 	T_CHECK(ds_map_open(&m, p, DS_MAP_HUGE | DS_MAP_POPULATE, &err) == 0);
-	T_CHECK(m.size == end && ((uintptr_t)m.data & ((2u << 20) - 1)) == 0);
+	T_CHECK(m.size == end && ((uintptr_t)m.data & (DS_HUGE_2M - 1)) == 0);
 	T_CHECK(memcmp(m.data, want, end) == 0);
 	ds_map_close(&m);
 	free(got);
