@@ -106,7 +106,6 @@ AI void q_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
 {
 	const size_t kp = w->kp, G = w->type.group, ng = kp / G, rsb = w->rs_bytes;
 	const size_t nb = x->ldq / DS_QBLOCK, ldq = x->ldq;
-	const uint8_t *sc = rs + (is4 ? 8 : 16) * kp, *zp = sc + 32 * ng;
 	const int8_t *xq = x->q + t0 * ldq;
 	const float *xd = x->qd + t0 * nb, *xs = x->qs + t0 * nb;
 	const __m512i m4 = _mm512_set1_epi8(15);
@@ -118,6 +117,7 @@ AI void q_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
 	for (t = 0; t < TT; t++)
 		acc[0][t] = acc[1][t] = _mm512_setzero_ps();
 	for (g = 0; g < ng; g++) {
+		const uint8_t *gw = rs + ds_qgrp_w(is4, G, ng, g) - (is4 ? 8 : 16) * g * G;
 		__m512 A[2][TT_MAX];
 		float S[TT_MAX];
 
@@ -140,7 +140,7 @@ AI void q_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
 #pragma GCC unroll 8
 					for (c = 0; c < 8; c++)
 						if (is4 == 0 || c < 4)
-							_mm_prefetch((const char *)rs + r * rsb +
+							_mm_prefetch((const char *)gw + r * rsb +
 								     (is4 ? 8 : 16) * k + 64 * c +
 								     PF_AHEAD, PF_HINT);
 			if (is4) {
@@ -150,7 +150,7 @@ AI void q_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
 
 #pragma GCC unroll 2
 					for (r = 0; r < R; r++) {
-						__m512i v = _mm512_loadu_si512(rs + r * rsb + 8 * k + 64 * c);
+						__m512i v = _mm512_loadu_si512(gw + r * rsb + 8 * k + 64 * c);
 
 						lo[r] = _mm512_and_si512(v, m4);
 						hi[r] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
@@ -178,7 +178,7 @@ AI void q_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
 
 #pragma GCC unroll 2
 					for (r = 0; r < R; r++)
-						v[r] = _mm512_loadu_si512(rs + r * rsb + 16 * k + 64 * c);
+						v[r] = _mm512_loadu_si512(gw + r * rsb + 16 * k + 64 * c);
 #pragma GCC unroll 8
 					for (t = 0; t < TT; t++) {
 						__m512i b = bcast32(xq + t * ldq + k + 4 * c);
@@ -208,9 +208,10 @@ AI void q_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
 		}
 #pragma GCC unroll 2
 		for (r = 0; r < R; r++) {
-			__m512 s = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(sc + r * rsb + 32 * g)));
+			__m512 s = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(rs + r * rsb +
+										     ds_qgrp_s(is4, G, g))));
 			__m512 z = is4 ? _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(
-					 (const void *)(zp + r * rsb + 16 * g))))
+					 (const void *)(rs + r * rsb + ds_qgrp_z(G, ng, g)))))
 				       : _mm512_set1_ps(128.0f);
 
 #pragma GCC unroll 8
@@ -300,7 +301,6 @@ AI void q_vec(const ds_mat *w, const uint8_t *rs, size_t sets, const ds_act *x,
 {
 	const size_t kp = w->kp, G = GC ? (size_t)GC : w->type.group, ng = kp / G;
 	const size_t rsb = sets * w->rs_bytes;
-	const uint8_t *sc = rs + (is4 ? 8 : 16) * kp, *zp = sc + 32 * ng;
 	__m512 acc[4], A[4];
 	size_t g, k;
 	int r;
@@ -309,6 +309,7 @@ AI void q_vec(const ds_mat *w, const uint8_t *rs, size_t sets, const ds_act *x,
 	for (r = 0; r < R; r++)
 		acc[r] = _mm512_setzero_ps();
 	for (g = 0; g < ng; g++) {
+		const uint8_t *gw = rs + ds_qgrp_w(is4, G, ng, g) - (is4 ? 8 : 16) * g * G;
 		float S = 0;
 
 #pragma GCC unroll 4
@@ -316,14 +317,15 @@ AI void q_vec(const ds_mat *w, const uint8_t *rs, size_t sets, const ds_act *x,
 			A[r] = _mm512_setzero_ps();
 #pragma GCC unroll 4
 		for (k = g * G; k < (g + 1) * G; k += DS_QBLOCK) {
-			vec_blk(rs + (is4 ? 8 : 16) * k, rsb, x->q + k, x->qd + k / DS_QBLOCK, A, is4, R);
+			vec_blk(gw + (is4 ? 8 : 16) * k, rsb, x->q + k, x->qd + k / DS_QBLOCK, A, is4, R);
 			S += x->qs[k / DS_QBLOCK];
 		}
 #pragma GCC unroll 4
 		for (r = 0; r < R; r++) {
-			__m512 s = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(sc + r * rsb + 32 * g)));
+			__m512 s = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(rs + r * rsb +
+										     ds_qgrp_s(is4, G, g))));
 			__m512 z = is4 ? _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(
-					 (const void *)(zp + r * rsb + 16 * g))))
+					 (const void *)(rs + r * rsb + ds_qgrp_z(G, ng, g)))))
 				       : _mm512_set1_ps(128.0f);
 
 			acc[r] = _mm512_fmadd_ps(s, _mm512_fnmadd_ps(z, _mm512_set1_ps(S), A[r]), acc[r]);

@@ -11,16 +11,17 @@
 
 /* ---- weight access (ds-model(5); ds_dequant_row is the definition) ------ */
 
-static inline int q4_at(const uint8_t *rs, size_t r, size_t k)
+/* input k of lane r in a group's weights at gw (k from the group's start) */
+static inline int q4_at(const uint8_t *gw, size_t r, size_t k)
 {
-	uint8_t b = rs[64 * (k / 8) + 4 * r + (k & 3)];
+	uint8_t b = gw[64 * (k / 8) + 4 * r + (k & 3)];
 
 	return (k & 4) ? b >> 4 : b & 15;
 }
 
-static inline int q8_at(const uint8_t *rs, size_t r, size_t k)
+static inline int q8_at(const uint8_t *gw, size_t r, size_t k)
 {
-	return rs[64 * (k / 4) + 4 * r + (k & 3)];
+	return gw[64 * (k / 4) + 4 * r + (k & 3)];
 }
 
 static inline float bf16_at(const uint8_t *rs, size_t r, size_t k)
@@ -44,23 +45,22 @@ static double qrow_dot(const ds_mat *w, const uint8_t *rs, size_t r,
 {
 	size_t kp = w->kp, g = w->type.group, ng = kp / g, gi, b, i;
 	int is4 = w->type.dt == DS_Q4;
-	const uint8_t *sc = rs + (is4 ? 8 : 16) * kp;
-	const uint8_t *zp = sc + 32 * ng;
 	double acc = 0;
 
 	for (gi = 0; gi < ng; gi++) {
+		const uint8_t *gw = rs + ds_qgrp_w(is4, g, ng, gi);
 		double a = 0, bs = 0;
-		int z = is4 ? zp[16 * gi + r] : 128;
+		int z = is4 ? rs[ds_qgrp_z(g, ng, gi) + r] : 128;
 
 		for (b = gi * g / DS_QBLOCK; b < (gi + 1) * g / DS_QBLOCK; b++) {
 			int32_t dot = 0;
 
 			for (i = 32 * b; i < 32 * b + 32; i++)
-				dot += (is4 ? q4_at(rs, r, i) : q8_at(rs, r, i)) * q[i];
+				dot += (is4 ? q4_at(gw, r, i - gi * g) : q8_at(gw, r, i - gi * g)) * q[i];
 			a += (double)dot * d[b];
 			bs += s[b];
 		}
-		acc += (double)f16_scale(sc, 16 * gi + r) * (a - z * bs);
+		acc += (double)f16_scale(rs + ds_qgrp_s(is4, g, gi), r) * (a - z * bs);
 	}
 	return acc;
 }

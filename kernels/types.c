@@ -67,8 +67,12 @@ uint64_t ds_rowset_bytes(ds_ttype t, uint64_t k)
 	uint64_t kp = ds_kpad(t, k), b = 0;
 
 	switch (t.dt) {
-	case DS_Q4: b = 8 * kp + 48 * (kp / t.group); break;
-	case DS_Q8: b = 16 * kp + 32 * (kp / t.group); break;
+	case DS_Q4:
+	case DS_Q8:
+		/* the end of the last group */
+		b = ds_qgrp_w(t.dt == DS_Q4, t.group, kp / t.group, kp / t.group - 1) +
+		    ds_qgrp_bytes(t.dt == DS_Q4, t.group);
+		break;
 	case DS_BF16: b = 32 * kp; break;
 	default: return 0;
 	}
@@ -121,8 +125,6 @@ void ds_pack_q4(uint8_t *dst, const uint8_t *q, const uint16_t *scale,
 	memset(dst, 0, rsb * sets);
 	for (s = 0; s < sets; s++) {
 		uint8_t *rs = dst + s * rsb;
-		uint16_t *sc = (uint16_t *)(rs + 8 * kp);
-		uint8_t *zp = rs + 8 * kp + 32 * ng;
 
 		for (r = 0; r < 16 && s * 16 + r < n; r++) {
 			uint64_t row = s * 16 + r;
@@ -136,13 +138,13 @@ void ds_pack_q4(uint8_t *dst, const uint8_t *q, const uint16_t *scale,
 					uint8_t lo = k0 < k ? qr[k0] : zpad;
 					uint8_t hi = k1 < k ? qr[k1] : zpad;
 
-					rs[64 * c + 4 * r + j] =
+					rs[ds_qchunk(1, group, ng, c) + 4 * r + j] =
 						(uint8_t)((lo & 15) | (hi & 15) << 4);
 				}
 			}
 			for (g = 0; g < ng; g++) {
-				sc[16 * g + r] = scale[row * ng + g];
-				zp[16 * g + r] = zero[row * ng + g];
+				memcpy(rs + ds_qgrp_s(1, group, g) + 2 * r, &scale[row * ng + g], 2);
+				rs[ds_qgrp_z(group, ng, g) + r] = zero[row * ng + g];
 			}
 		}
 	}
@@ -160,7 +162,6 @@ void ds_pack_q8(uint8_t *dst, const int8_t *q, const uint16_t *scale,
 	memset(dst, 0, rsb * sets);
 	for (s = 0; s < sets; s++) {
 		uint8_t *rs = dst + s * rsb;
-		uint16_t *sc = (uint16_t *)(rs + 16 * kp);
 
 		for (r = 0; r < 16; r++) {
 			uint64_t row = s * 16 + r;
@@ -170,10 +171,10 @@ void ds_pack_q8(uint8_t *dst, const int8_t *q, const uint16_t *scale,
 					uint64_t kk = 4 * c + j;
 					int v = row < n && kk < k ? q[row * k + kk] : 0;
 
-					rs[64 * c + 4 * r + j] = (uint8_t)(v + 128);
+					rs[ds_qchunk(0, group, ng, c) + 4 * r + j] = (uint8_t)(v + 128);
 				}
 			for (g = 0; g < ng && row < n; g++)
-				sc[16 * g + r] = scale[row * ng + g];
+				memcpy(rs + ds_qgrp_s(0, group, g) + 2 * r, &scale[row * ng + g], 2);
 		}
 	}
 }
@@ -314,25 +315,21 @@ void ds_dequant_row(ds_ttype t, const uint8_t *m, uint64_t k, uint64_t row,
 		return;
 	}
 	kp = ds_kpad(t, k);
+	ng = t.group ? kp / t.group : 0;
 	rs = m + (row / 16) * ds_rowset_bytes(t, k);
 	for (i = 0; i < k; i++) {
 		if (t.dt == DS_BF16) {
 			out[i] = ds_bf16_to_f32(((const uint16_t *)rs)[(i / 2) * 32 + 2 * r + (i & 1)]);
-		} else if (t.dt == DS_Q8) {
-			const uint16_t *sc = (const uint16_t *)(rs + 16 * kp);
-			int u = rs[64 * (i / 4) + 4 * r + (i & 3)];
-
-			out[i] = ds_f16_to_f32(sc[16 * (i / t.group) + r]) * (float)(u - 128);
 		} else {
-			const uint16_t *sc = (const uint16_t *)(rs + 8 * kp);
-			const uint8_t *zp;
-			uint8_t b = rs[64 * (i / 8) + 4 * r + (i & 3)];
-			int q = (i & 4) ? b >> 4 : b & 15;
+			int is4 = t.dt == DS_Q4;
+			uint64_t g = i / t.group;
+			uint16_t sc;
+			uint8_t b = rs[ds_qchunk(is4, t.group, ng, i / (is4 ? 8 : 4)) + 4 * r + (i & 3)];
+			int u = !is4 ? b : (i & 4) ? b >> 4 : b & 15;
+			int z = is4 ? rs[ds_qgrp_z(t.group, ng, g) + r] : 128;
 
-			ng = kp / t.group;
-			zp = rs + 8 * kp + 32 * ng;
-			out[i] = ds_f16_to_f32(sc[16 * (i / t.group) + r]) *
-				 (float)(q - zp[16 * (i / t.group) + r]);
+			memcpy(&sc, rs + ds_qgrp_s(is4, t.group, g) + 2 * r, 2);
+			out[i] = ds_f16_to_f32(sc) * (float)(u - z);
 		}
 	}
 }

@@ -12,18 +12,25 @@
  *
  * A [N, K] matrix is ceil(N/16) row-sets; rows past N are zero padding.
  * K is padded to Kp (a multiple of G for q4/q8, of 32 for bf16) with
- * weights that are zero.  A row-set is, in order (offsets from its start):
+ * weights that are zero.
  *
- *   q4gG:  Kp/8 chunks of 64 bytes; in chunk c, bytes 4r..4r+3 of lane r are
- *          q[r][8c+j] | q[r][8c+4+j] << 4  (j = 0..3)      -> 8*Kp bytes
- *          scales: fp16 [Kp/G][16]  (group, lane)           -> 32*Kp/G bytes
- *          zeros:  u8   [Kp/G][16]                          -> 16*Kp/G bytes
- *   q8gG:  Kp/4 chunks of 64 bytes; lane r = u[r][4c..4c+3] -> 16*Kp bytes
- *          scales: fp16 [Kp/G][16]                          -> 32*Kp/G bytes
- *   bf16:  Kp/2 chunks of 64 bytes; lane r = w[r][2c], w[r][2c+1]
- *                                                            -> 32*Kp bytes
- * and its size is rounded up to a multiple of 64.  A 3-D tensor [E, N, K]
- * (MoE experts) is E such matrices back to back.
+ * A q4/q8 row-set is Kp/G groups of G inputs, in segments of DS_QSEG
+ * groups (fewer in the last segment).  A segment of n groups is a header
+ * and then the n groups' weights, so that a matvec reads one row-set as a
+ * single forward stream (a separate stream of scales would start cold in
+ * every row-set):
+ *
+ *   header: scales fp16 [n][16] (group, lane), then for q4 the zero
+ *           points u8 [n][16], zero-padded to a multiple of 64 bytes
+ *   q4gG:   per group G/8 chunks of 64 bytes; in chunk c (from the
+ *           group's first input i0), bytes 4r..4r+3 of lane r are
+ *           q[r][i0+8c+j] | q[r][i0+8c+4+j] << 4  (j = 0..3)
+ *   q8gG:   per group G/4 chunks of 64 bytes; lane r = u[r][i0+4c..+3]
+ *
+ * (ds_qgrp_w/_s/_z give the offsets).  A bf16 row-set is Kp/2 chunks of
+ * 64 bytes; lane r of chunk c = w[r][2c], w[r][2c+1].  Every row-set's
+ * size is a multiple of 64.  A 3-D tensor [E, N, K] (MoE experts) is E
+ * such matrices back to back.
  */
 #ifndef DS_TYPES_H
 #define DS_TYPES_H
@@ -53,6 +60,61 @@ typedef struct ds_ttype {
 	enum ds_dtype dt;
 	uint32_t group; /* q4/q8: group size G (multiple of 32); else 0 */
 } ds_ttype;
+
+/* ---- the q4/q8 row-set layout (offsets from the row-set's start) ---------- */
+
+#define DS_QSEG 4         /* groups per segment */
+
+/* Bytes of a segment header of n groups. */
+static inline uint64_t ds_qseg_hdr(int is4, uint64_t n)
+{
+	return (n * (is4 ? 48u : 32u) + 63) & ~(uint64_t)63;
+}
+
+/* Bytes of one group's weights. */
+static inline uint64_t ds_qgrp_bytes(int is4, uint64_t G)
+{
+	return G * (is4 ? 8u : 16u);
+}
+
+/* Start of the segment that holds group g. */
+static inline uint64_t ds_qseg_off(int is4, uint64_t G, uint64_t g)
+{
+	return g / DS_QSEG * (ds_qseg_hdr(is4, DS_QSEG) + DS_QSEG * ds_qgrp_bytes(is4, G));
+}
+
+/* Groups in the segment that holds group g, of ng. */
+static inline uint64_t ds_qseg_n(uint64_t ng, uint64_t g)
+{
+	uint64_t f = g - g % DS_QSEG;
+
+	return ng - f < DS_QSEG ? ng - f : DS_QSEG;
+}
+
+/* Group g's weights (its first chunk), scales (16 fp16) and q4 zeros. */
+static inline uint64_t ds_qgrp_w(int is4, uint64_t G, uint64_t ng, uint64_t g)
+{
+	return ds_qseg_off(is4, G, g) + ds_qseg_hdr(is4, ds_qseg_n(ng, g)) +
+	       g % DS_QSEG * ds_qgrp_bytes(is4, G);
+}
+
+static inline uint64_t ds_qgrp_s(int is4, uint64_t G, uint64_t g)
+{
+	return ds_qseg_off(is4, G, g) + 32 * (g % DS_QSEG);
+}
+
+static inline uint64_t ds_qgrp_z(uint64_t G, uint64_t ng, uint64_t g)
+{
+	return ds_qseg_off(1, G, g) + 32 * ds_qseg_n(ng, g) + 16 * (g % DS_QSEG);
+}
+
+/* The 64-byte chunk c of the weights (the inputs 8c.. for q4, 4c.. for q8). */
+static inline uint64_t ds_qchunk(int is4, uint64_t G, uint64_t ng, uint64_t c)
+{
+	uint64_t per = G / (is4 ? 8 : 4);
+
+	return ds_qgrp_w(is4, G, ng, c / per) + 64 * (c % per);
+}
 
 /* "f32" "f16" "bf16" "i32" "q8g32" "q4g128" ...; 0 ok, -1 unknown. */
 int ds_ttype_parse(const char *s, ds_ttype *t);

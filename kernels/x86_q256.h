@@ -42,7 +42,6 @@ AI void q_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
 {
 	const size_t kp = w->kp, G = w->type.group, ng = kp / G;
 	const size_t nb = x->ldq / DS_QBLOCK;
-	const uint8_t *sc = rs + (is4 ? 8 : 16) * kp, *zp = sc + 32 * ng;
 	const __m256i m4 = _mm256_set1_epi8(15);
 	__m256 acc[QTT_MAX][2];
 	size_t g, k;
@@ -52,6 +51,7 @@ AI void q_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
 	for (t = 0; t < TT; t++)
 		acc[t][0] = acc[t][1] = _mm256_setzero_ps();
 	for (g = 0; g < ng; g++) {
+		const uint8_t *gw = rs + ds_qgrp_w(is4, G, ng, g) - (is4 ? 8 : 16) * g * G;
 		__m256 A[QTT_MAX][2];
 		float S[QTT_MAX];
 
@@ -67,7 +67,7 @@ AI void q_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
 			for (t = 0; t < TT; t++)
 				d[t][0] = d[t][1] = _mm256_setzero_si256();
 						for (c = 0; c < (is4 ? 4 : 8); c++) {
-				const uint8_t *wp = rs + (is4 ? 8 : 16) * k + 64 * c;
+				const uint8_t *wp = gw + (is4 ? 8 : 16) * k + 64 * c;
 
 				#pragma GCC unroll 8
 				for (h = 0; h < 2; h++) {
@@ -102,8 +102,9 @@ AI void q_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
 		}
 		#pragma GCC unroll 8
 		for (h = 0; h < 2; h++) {
-			__m256 s = _mm256_cvtph_ps(_mm_loadu_si128((const void *)(sc + 32 * g + 16 * h)));
-			__m256 z = is4 ? q_zero8(zp + 16 * g + 8 * h) : _mm256_set1_ps(Q8_BIAS);
+			__m256 s = _mm256_cvtph_ps(_mm_loadu_si128((const void *)(rs + ds_qgrp_s(is4, G, g) +
+										 16 * h)));
+			__m256 z = is4 ? q_zero8(rs + ds_qgrp_z(G, ng, g) + 8 * h) : _mm256_set1_ps(Q8_BIAS);
 
 			#pragma GCC unroll 8
 			for (t = 0; t < TT; t++)
@@ -133,7 +134,6 @@ AI void q_vec(const ds_mat *w, size_t rs0, size_t sets, const ds_act *x,
 	const size_t kp = w->kp, G = w->type.group, ng = kp / G;
 	const size_t rsb = sets * w->rs_bytes, wb = is4 ? 8 : 16;
 	const uint8_t *rs = w->data + rs0 * w->rs_bytes;
-	const uint8_t *sc = rs + wb * kp, *zp = sc + 32 * ng;
 	const __m256i m4 = _mm256_set1_epi8(15);
 	__m256 acc[2][2], A[2][2];
 	size_t g, k;
@@ -143,6 +143,7 @@ AI void q_vec(const ds_mat *w, size_t rs0, size_t sets, const ds_act *x,
 	for (r = 0; r < R; r++)
 		acc[r][0] = acc[r][1] = _mm256_setzero_ps();
 	for (g = 0; g < ng; g++) {
+		const uint8_t *gw = rs + ds_qgrp_w(is4, G, ng, g) - wb * g * G;
 		float S = 0;
 
 		#pragma GCC unroll 2
@@ -158,7 +159,7 @@ AI void q_vec(const ds_mat *w, size_t rs0, size_t sets, const ds_act *x,
 				#pragma GCC unroll 8
 				for (c = 0; c < 8; c++)
 					if (!is4 || c < 4)
-						_mm_prefetch((const char *)rs + r * rsb + wb * k + 64 * c + Q_PF,
+						_mm_prefetch((const char *)gw + r * rsb + wb * k + 64 * c + Q_PF,
 							     _MM_HINT_T0);
 			}
 			#pragma GCC unroll 8
@@ -174,7 +175,7 @@ AI void q_vec(const ds_mat *w, size_t rs0, size_t sets, const ds_act *x,
 					#pragma GCC unroll 2
 					for (h = 0; h < 2; h++) {
 						__m256i wv = _mm256_loadu_si256((const void *)
-							(rs + r * rsb + wb * k + 64 * c + 32 * h));
+							(gw + r * rsb + wb * k + 64 * c + 32 * h));
 
 						if (is4) {
 							d[r][h] = QDOT(d[r][h], _mm256_and_si256(wv, m4), b0);
@@ -198,8 +199,8 @@ AI void q_vec(const ds_mat *w, size_t rs0, size_t sets, const ds_act *x,
 			#pragma GCC unroll 2
 			for (h = 0; h < 2; h++) {
 				__m256 s = _mm256_cvtph_ps(_mm_loadu_si128((const void *)
-					(sc + r * rsb + 32 * g + 16 * h)));
-				__m256 z = is4 ? q_zero8(zp + r * rsb + 16 * g + 8 * h)
+					(rs + r * rsb + ds_qgrp_s(is4, G, g) + 16 * h)));
+				__m256 z = is4 ? q_zero8(rs + r * rsb + ds_qgrp_z(G, ng, g) + 8 * h)
 					       : _mm256_set1_ps(Q8_BIAS);
 
 				acc[r][h] = _mm256_fmadd_ps(s, _mm256_fnmadd_ps(z, _mm256_set1_ps(S),

@@ -25,7 +25,7 @@
 struct json_t;
 
 #define DS_MODEL_FORMAT "ds-model"
-#define DS_MODEL_VERSION 1
+#define DS_MODEL_VERSION 2
 #define DS_MODEL_ALIGN 4096     /* as written; the loader needs 64 */
 #define DS_MODEL_MIN_ALIGN 64
 #define DS_MODEL_MAX_META (256u << 20)

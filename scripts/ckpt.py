@@ -550,15 +550,28 @@ def read_ds_model(d):
                   for t in meta["tensors"]}
 
 
+def _segments(is4, G, ng):
+    """(header offset, first group, groups) of each segment of a q4/q8
+    row-set: segments of 4 groups, each a header (scales f16 [n][16],
+    then for q4 zeros u8 [n][16], padded to 64 bytes) and the n groups'
+    weights (G/8 or G/4 chunks of 64 bytes each)."""
+    gb = G * (8 if is4 else 16)
+    off, out = 0, []
+    for g0 in range(0, ng, 4):
+        n = min(4, ng - g0)
+        hdr = -(-n * (48 if is4 else 32) // 64) * 64
+        out.append((off, hdr, g0, n))
+        off += hdr + n * gb
+    return out, off
+
+
 def _rowset_bytes(typ, K):
     if typ == "bf16":
         Kp = -(-K // 32) * 32
-        b = 32 * Kp
-    else:
-        G = int(typ[3:])
-        Kp = -(-K // G) * G
-        b = 8 * Kp + 48 * (Kp // G) if typ[1] == "4" else 16 * Kp + 32 * (Kp // G)
-    return Kp, -(-b // 64) * 64
+        return Kp, 32 * Kp
+    G = int(typ[3:])
+    Kp = -(-K // G) * G
+    return Kp, _segments(typ[1] == "4", G, Kp // G)[1]
 
 
 def _dequant_matrix(typ, data, N, K):
@@ -571,19 +584,27 @@ def _dequant_matrix(typ, data, N, K):
         return out[:N, :K]
     G = int(typ[3:])
     ng = Kp // G
-    if typ[1] == "4":
-        b = rs[:, :8 * Kp].reshape(S, Kp // 8, 16, 4)      # set, chunk, lane, byte
+    is4 = typ[1] == "4"
+    gb = G * (8 if is4 else 16)
+    segs, _ = _segments(is4, G, ng)
+    wb, sc, zp = [], [], []
+    for off, hdr, g0, n in segs:
+        sc.append(rs[:, off:off + 32 * n].view("<f2").reshape(S, n, 16))
+        if is4:
+            zp.append(rs[:, off + 32 * n:off + 48 * n].reshape(S, n, 16))
+        wb.append(rs[:, off + hdr:off + hdr + n * gb])
+    wb = np.concatenate(wb, axis=1)                         # the groups in order
+    s = np.concatenate(sc, axis=1).transpose(0, 2, 1).reshape(S * 16, ng)
+    s = s.astype(np.float32)
+    if is4:
+        b = wb.reshape(S, Kp // 8, 16, 4)                   # set, chunk, lane, byte
         q = np.concatenate([b & 15, b >> 4], axis=3)        # k = 8c + j, 8c + 4 + j
         q = q.transpose(0, 2, 1, 3).reshape(S * 16, Kp).astype(np.float32)
-        sc = rs[:, 8 * Kp:8 * Kp + 32 * ng].view("<f2").reshape(S, ng, 16)
-        zp = rs[:, 8 * Kp + 32 * ng:8 * Kp + 48 * ng].reshape(S, ng, 16)
-        s = sc.transpose(0, 2, 1).reshape(S * 16, ng).astype(np.float32)
-        z = zp.transpose(0, 2, 1).reshape(S * 16, ng).astype(np.float32)
+        z = np.concatenate(zp, axis=1).transpose(0, 2, 1).reshape(S * 16, ng)
+        z = z.astype(np.float32)
     else:
-        u = rs[:, :16 * Kp].reshape(S, Kp // 4, 16, 4)
+        u = wb.reshape(S, Kp // 4, 16, 4)
         q = u.transpose(0, 2, 1, 3).reshape(S * 16, Kp).astype(np.float32)
-        sc = rs[:, 16 * Kp:16 * Kp + 32 * ng].view("<f2").reshape(S, ng, 16)
-        s = sc.transpose(0, 2, 1).reshape(S * 16, ng).astype(np.float32)
         z = np.full_like(s, 128)
     gi = np.arange(Kp) // G
     w = s[:, gi] * (q - z[:, gi])

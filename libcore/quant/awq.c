@@ -101,7 +101,8 @@ static inline void transpose4(const v4u a[4], v4u r[4])
 	r[3] = __builtin_shufflevector(t1, t3, 2, 3, 6, 7);
 }
 
-/* chunk c of word columns wc..wc+3 into row-sets at out and out + rsb */
+/* chunk c of word columns wc..wc+3 into row-sets at out and out + rsb
+ * (out at the chunk's place in the row-set) */
 static inline void chunk8x4(uint8_t *out, uint64_t rsb, const uint8_t *qw,
 			    uint64_t rowb, uint64_t c, uint64_t wc)
 {
@@ -138,31 +139,35 @@ static inline void chunk8x4(uint8_t *out, uint64_t rsb, const uint8_t *qw,
 	transpose4(a, ra);
 	transpose4(b, rb);
 	for (l = 0; l < 4; l++) {
-		uint8_t *o = out + (uint64_t)(l / 2) * rsb + 64 * c + 32 * (l % 2);
+		uint8_t *o = out + (uint64_t)(l / 2) * rsb + 32 * (l % 2);
 
 		stv(o, ra[l]);
 		stv(o + 16, rb[l]);
 	}
 }
 
-/* Scales and zeros of row-set s: runtime group gi uses source group
- * gi * gr / gsrc (0 when there is one group). */
+/* Scales and zeros of row-set s, their segment headers' padding zeroed:
+ * runtime group gi uses source group gi * gr / gsrc (0 when there is one
+ * group). */
 static void groups(uint8_t *rs, const uint8_t *qz, const uint8_t *sc,
 		   uint64_t n, uint64_t kp, uint64_t ngsrc, uint64_t gsrc,
 		   uint32_t gr, uint64_t s, uint64_t lanes)
 {
 	uint64_t ng = kp / gr, gi, r, src;
-	uint8_t *scd = rs + 8 * kp, *zd = rs + 8 * kp + 32 * ng;
 
 	for (gi = 0; gi < ng; gi++) {
+		uint8_t *zd = rs + ds_qgrp_z(gr, ng, gi);
+
+		if (gi % DS_QSEG == 0)
+			memset(rs + ds_qseg_off(1, gr, gi), 0, ds_qseg_hdr(1, ds_qseg_n(ng, gi)));
 		src = ngsrc == 1 ? 0 : gi * gr / gsrc;
-		memcpy(scd + 32 * gi, sc + 2 * (src * n + 16 * s), 2 * lanes);
+		memcpy(rs + ds_qgrp_s(1, gr, gi), sc + 2 * (src * n + 16 * s), 2 * lanes);
 		for (r = 0; r < lanes; r += 8) {
 			uint32_t z = ds_st_ld32(qz + 4 * (src * (n / 8) + 2 * s + r / 8));
 			int i;
 
 			for (i = 0; i < 8; i++)
-				zd[16 * gi + r + AWQ_ORDER[i]] = (z >> (4 * i)) & 15;
+				zd[r + AWQ_ORDER[i]] = (z >> (4 * i)) & 15;
 		}
 	}
 }
@@ -174,7 +179,7 @@ static void fast_rowsets(uint8_t *dst, const uint8_t *qw, const uint8_t *qz,
 {
 	ds_ttype t = { DS_Q4, gr };
 	uint64_t rsb = ds_rowset_bytes(t, k), rowb = 4 * (n / 8);
-	uint64_t ngsrc = (k + gsrc - 1) / gsrc, used = 8 * k + 48 * (k / gr);
+	uint64_t ngsrc = (k + gsrc - 1) / gsrc, ng = k / gr;
 	uint64_t s, c;
 
 	for (s = s0; s < s1; s++) {
@@ -183,8 +188,6 @@ static void fast_rowsets(uint8_t *dst, const uint8_t *qw, const uint8_t *qz,
 
 		if (lanes < 16)
 			memset(rs, 0, rsb);
-		else
-			memset(rs + used, 0, rsb - used);
 		groups(rs, qz, sc, n, k, ngsrc, gsrc, gr, s, lanes);
 	}
 	/* one cache line of qweight holds 16 words: the 8 row-sets of a
@@ -199,9 +202,9 @@ static void fast_rowsets(uint8_t *dst, const uint8_t *qw, const uint8_t *qz,
 				__builtin_prefetch(p + t * rowb);
 		}
 		for (s = s0; s + 1 < s1 && 16 * (s + 2) <= n; s += 2)
-			chunk8x4(dst + s * rsb, rsb, qw, rowb, c, 2 * s);
+			chunk8x4(dst + s * rsb + ds_qchunk(1, gr, ng, c), rsb, qw, rowb, c, 2 * s);
 		for (; s < s1; s++) {
-			uint8_t *out = dst + s * rsb + 64 * c;
+			uint8_t *out = dst + s * rsb + ds_qchunk(1, gr, ng, c);
 
 			chunk8(out, qw, rowb, c, 2 * s);
 			if (n - 16 * s >= 16)

@@ -102,28 +102,30 @@ static void fast_rowset(uint8_t *dst, const uint8_t *qw, const uint8_t *qz,
 {
 	ds_ttype t = { DS_Q4, gr };
 	uint64_t rsb = ds_rowset_bytes(t, k), ng = k / gr, c, r, gi;
-	uint64_t ngsrc = (k + gsrc - 1) / gsrc, used = 8 * k + 48 * ng;
+	uint64_t ngsrc = (k + gsrc - 1) / gsrc;
 	uint64_t lanes = n - 16 * s >= 16 ? 16 : n - 16 * s;
-	uint8_t *rs = dst + s * rsb, *zd = rs + 8 * k + 32 * ng;
+	uint8_t *rs = dst + s * rsb;
 
 	if (lanes < 16)
 		memset(rs, 0, rsb);
-	else
-		memset(rs + used, 0, rsb - used);
 	for (c = 0; c < k / 8; c++) {
 		const uint8_t *p = qw + 4 * (c * n + 16 * s);
+		uint8_t *o = rs + ds_qchunk(1, gr, ng, c);
 
 		for (r = 0; r + 4 <= lanes; r += 4)
-			stv(rs + 64 * c + 4 * r, shuffle_v(ldv(p + 4 * r)));
+			stv(o + 4 * r, shuffle_v(ldv(p + 4 * r)));
 		for (; r < lanes; r++)
-			st32(rs + 64 * c + 4 * r, shuffle_nibbles(ds_st_ld32(p + 4 * r)));
+			st32(o + 4 * r, shuffle_nibbles(ds_st_ld32(p + 4 * r)));
 	}
 	for (gi = 0; gi < ng; gi++) {
 		uint64_t src = ngsrc == 1 ? 0 : gi * gr / gsrc;
+		uint8_t *zd = rs + ds_qgrp_z(gr, ng, gi);
 
-		memcpy(rs + 8 * k + 32 * gi, sc + 2 * (src * n + 16 * s), 2 * lanes);
+		if (gi % DS_QSEG == 0 && lanes == 16)   /* the header's padding */
+			memset(rs + ds_qseg_off(1, gr, gi), 0, ds_qseg_hdr(1, ds_qseg_n(ng, gi)));
+		memcpy(rs + ds_qgrp_s(1, gr, gi), sc + 2 * (src * n + 16 * s), 2 * lanes);
 		for (r = 0; r < lanes; r++)
-			zd[16 * gi + r] = (uint8_t)zero_at(qz, n, 4, v2, src, 16 * s + r);
+			zd[r] = (uint8_t)zero_at(qz, n, 4, v2, src, 16 * s + r);
 	}
 }
 

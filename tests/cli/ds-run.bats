@@ -328,11 +328,11 @@ EOF
 
 @test "a model of another format version" {
 	cp -r "$M/llama" "$T/v2"
-	sed -i 's/"version": 1/"version": 2/' "$T/v2/model.meta"
+	sed -i 's/"version": 2/"version": 3/' "$T/v2/model.meta"
 	run "$DS_BIN"/ds-run -m "$T/v2" --ids -n 1 <<<"1 2"
 	[ "$status" -eq 1 ]
 	[ "${#lines[@]}" -eq 1 ]
-	[[ "$output" == *"format version 2"* ]]
+	[[ "$output" == *"format version 3"* ]]
 }
 
 @test "--verify finds a flipped byte; without it the model still loads" {

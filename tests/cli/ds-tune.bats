@@ -335,11 +335,11 @@ assert moved[121] == set(range(8, 16))
 	[ "$status" -eq 1 ]
 	[[ "$output" == *"$T/nomodel/model.meta: No such file or directory"* ]]
 	mkdir -p "$T/bad"
-	echo '{"format": "ds-model", "version": 2}' >"$T/bad/model.meta"
+	echo '{"format": "ds-model", "version": 3}' >"$T/bad/model.meta"
 	: >"$T/bad/model.bin"
 	run "$DS" plan -m "$T/bad" --root "$T/intel"
 	[ "$status" -eq 1 ]
-	[[ "$output" == "ds-tune: $T/bad: model.meta: format version 2; this build reads version 1"* ]]
+	[[ "$output" == "ds-tune: $T/bad: model.meta: format version 3; this build reads version 2"* ]]
 }
 
 @test "plan: AMD desktop: one node, no --numa, SMT siblings left out" {

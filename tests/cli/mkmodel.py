@@ -89,7 +89,7 @@ def main():
     if size < off:
         sys.exit("mkmodel.py: BIN_BYTES %d is less than the tensors' %d" % (size, off))
     os.makedirs(d, exist_ok=True)
-    meta = {"format": "ds-model", "version": 1, "arch": arch, "hparams": hp,
+    meta = {"format": "ds-model", "version": 2, "arch": arch, "hparams": hp,
             "quant": {"source": "none", "bits": 16, "group_size": 0, "type": "f16"},
             "tensors": table}
     with open(os.path.join(d, "model.meta"), "w") as f:

@@ -381,8 +381,8 @@ static void test_loader_top(void)
 {
 	json_object_set_new(meta, "format", json_string("gguf"));
 	refuse_meta("format is not \"ds-model\"");
-	json_object_set_new(meta, "version", json_integer(2));
-	refuse_meta("format version 2; this build reads version 1");
+	json_object_set_new(meta, "version", json_integer(3));
+	refuse_meta("format version 3; this build reads version 2");
 	json_object_del(meta, "version");
 	refuse_meta("version missing");
 	json_object_set_new(meta, "arch", json_string("mistral"));

@@ -117,7 +117,7 @@ static int write_model(const char *dst, const char *cfg_text)
 			goto out;
 	}
 	meta = json_pack("{s:s, s:i, s:s, s:o, s:{s:s, s:i, s:i, s:s}}", "format",
-			 "ds-model", "version", 1, "arch", ds_arch_name(hp.arch),
+			 "ds-model", "version", DS_MODEL_VERSION, "arch", ds_arch_name(hp.arch),
 			 "hparams", ds_hparams_to_json(&hp), "quant", "source",
 			 "none", "bits", 16, "group_size", 0, "type", "f32");
 	rc = ds_mwriter_commit(&w, meta, &err);
@@ -191,9 +191,9 @@ static void test_model_kv(void)
 		T_CHECK(!strcmp(m.arch, it % 2 ? "deepseek2" : "llama"));
 	}
 	/* whatever the loader refuses, ds-tune refuses, naming the file */
-	put(dst, "/model.meta", "{\"format\": \"ds-model\", \"version\": 2}");
+	put(dst, "/model.meta", "{\"format\": \"ds-model\", \"version\": 3}");
 	T_CHECK(ds_tune_model_read(dst, &m, &err) == -1);
-	T_CHECKF(strstr(err.msg, "model.meta: format version 2"), "%s", err.msg);
+	T_CHECKF(strstr(err.msg, "model.meta: format version 3"), "%s", err.msg);
 	put(dst, "/model.meta", "{ not json");
 	T_CHECK(ds_tune_model_read(dst, &m, &err) == -1 && strstr(err.msg, "line 1"));
 	ds_remove_tree(d);

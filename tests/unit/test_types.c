@@ -128,6 +128,51 @@ static void test_q8_bf16_pack(void)
 	free(q); free(s); free(w); free(d8); free(db);
 }
 
+/* The byte positions of ds-model(5)'s segmented q4/q8 row-set, worked out
+ * by hand for K = 1408, G = 128 (11 groups: segments of 4, 4 and 3): a
+ * full q4 segment is a 192-byte header (4 x 32 bytes of scales, 4 x 16 of
+ * zeros) and 4 x 1024 bytes of weights, 4288 bytes; the last is 144 bytes
+ * of header padded to 192 and 3072 of weights. */
+static void test_q4_layout(void)
+{
+	ds_ttype t4 = { DS_Q4, 128 }, t8 = { DS_Q8, 128 };
+	uint64_t n = 16, k = 1408, ng = 11, i, sh[2] = { 16, 1408 }, b;
+	uint8_t *q = calloc(n * k, 1), *z = calloc(n * ng, 1), *d;
+	uint16_t *s = calloc(n * ng, 2), sv;
+	int8_t *q8 = calloc(n * k, 1);
+	const uint64_t seg2 = 2 * 4288;
+
+	T_CHECK(ds_rowset_bytes(t4, k) == 2 * 4288 + 192 + 3072);
+	/* q8: 128-byte headers, 2048-byte groups: 2 x (128 + 8192) + 128 + 6144 */
+	T_CHECK(ds_rowset_bytes(t8, k) == 2 * 8320 + 128 + 6144);
+	T_CHECK(ds_tensor_bytes(t4, 2, sh, &b) == 0 && b == ds_rowset_bytes(t4, k));
+	d = malloc(b);
+	z[3 * ng + 9] = 7;                       /* row 3, group 9 */
+	s[5 * ng + 10] = 0x3c00;                 /* row 5, group 10: 1.0 */
+	/* row 6, input 1045: group 8, chunk 2 of the group, byte 1, high nibble */
+	q[6 * k + 1045] = 11;
+	q[6 * k + 1041] = 4;                     /* same byte, low nibble */
+	ds_pack_q4(d, q, s, z, n, k, 128);
+	T_CHECK(d[seg2 + 32 * 3 + 16 * 1 + 3] == 7);
+	memcpy(&sv, d + seg2 + 32 * 2 + 2 * 5, 2);
+	T_CHECK(sv == 0x3c00);
+	T_CHECK(d[seg2 + 192 + 64 * 2 + 4 * 6 + 1] == (4 | 11 << 4));
+	/* the header's padding is zero */
+	for (i = seg2 + 144; i < seg2 + 192; i++)
+		T_CHECKF(d[i] == 0, "padding byte %llu is %u", (unsigned long long)i, d[i]);
+	free(d);
+	/* q8: row 2, input 517 is group 4 (segment 1 at 8320, header 128),
+	 * chunk (517 - 512) / 4 = 1 of the group, byte 1 */
+	q8[2 * k + 517] = -3;
+	s[0] = 0x4000;                           /* row 0, group 0: 2.0 */
+	d = malloc(ds_rowset_bytes(t8, k));
+	ds_pack_q8(d, q8, s, n, k, 128);
+	T_CHECK(d[8320 + 128 + 64 * 1 + 4 * 2 + 1] == 125);
+	memcpy(&sv, d, 2);
+	T_CHECK(sv == 0x4000);
+	free(d); free(q); free(z); free(s); free(q8);
+}
+
 /* RTN error bounds: q8 within s/2 per weight, q4 within s/2 of its step
  * over the range widened to contain 0. */
 static void test_rtn_bounds(void)
@@ -184,6 +229,7 @@ int main(void)
 	T_RUN(test_sizes);
 	T_RUN(test_q4_pack);
 	T_RUN(test_q8_bf16_pack);
+	T_RUN(test_q4_layout);
 	T_RUN(test_rtn_bounds);
 	return t_done();
 }
