@@ -105,6 +105,7 @@ typedef struct ds_ctx {
 	/* per thread: tiles, attention scratch, RoPE tables */
 	uint8_t *thr;
 	size_t thr_bytes;
+	struct ops_steal *steal;  /* per thread: its unclaimed work (ops_int.h) */
 } ds_ctx;
 
 /* Choose the kernels (ds_kernels_init: DS_ISA) and allocate the scratch.

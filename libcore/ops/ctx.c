@@ -92,6 +92,7 @@ int ds_ctx_init(ds_ctx *c, ds_pool *pool, const ds_ctx_cfg *cfg, ds_err *err)
 		thr = 3 * (g->moe_experts + 16) * sizeof(float);
 	c->thr_bytes = ds_round_up(thr, 64);
 	c->thr = take((size_t)ds_pool_threads(pool), c->thr_bytes, &fail, err);
+	c->steal = take((size_t)ds_pool_threads(pool), sizeof *c->steal, &fail, err);
 	if (fail) {
 		ds_err_prefix(err, "op context");
 		ds_ctx_free(c);
@@ -113,6 +114,7 @@ void ds_ctx_free(ds_ctx *c)
 	buf_free(&c->moe_hq);
 	buf_free(&c->heads);
 	free(c->thr);
+	free(c->steal);
 	memset(c, 0, sizeof *c);
 }
 
@@ -143,6 +145,59 @@ void ops_rows(ds_ctx *c, size_t rows, size_t work_per_row, rows_fn *fn,
 		fn(arg, 0, rows, 0);
 	else
 		ops_run(c, rows_run, &j);
+}
+
+/* ---- work stealing ------------------------------------------------------------- */
+
+void ops_steal_init(const ds_ctx *c, size_t n)
+{
+	int i, nth = ds_pool_threads(c->pool);
+	size_t b, e;
+
+	DS_ASSERT(n < UINT32_MAX);
+	for (i = 0; i < nth; i++) {
+		ds_split(n, i, nth, &b, &e);
+		atomic_store_explicit(&c->steal[i].fb, (uint64_t)b | (uint64_t)e << 32,
+				      memory_order_relaxed);
+	}
+}
+
+/* Claim up to `want` units of share v, from its front or its back. */
+static int claim(struct ops_steal *s, int front, size_t want, size_t *lo,
+		 size_t *hi)
+{
+	uint64_t fb = atomic_load_explicit(&s->fb, memory_order_relaxed), nw;
+	size_t f, b, n;
+
+	do {
+		f = (uint32_t)fb;
+		b = (size_t)(fb >> 32);
+		if (f >= b)
+			return 0;
+		n = b - f;
+		n = front ? (n / 2 > want ? n / 2 : want) : want;
+		n = n < b - f ? n : b - f;
+		nw = front ? (uint64_t)(f + n) | (uint64_t)b << 32
+			   : (uint64_t)f | (uint64_t)(b - n) << 32;
+	} while (!atomic_compare_exchange_weak_explicit(&s->fb, &fb, nw, memory_order_relaxed,
+							memory_order_relaxed));
+	*lo = front ? f : b - n;
+	*hi = front ? f + n : b;
+	return 1;
+}
+
+int ops_steal_next(const ds_ctx *c, int ith, int nth, size_t min, size_t *lo,
+		   size_t *hi)
+{
+	int i;
+
+	min = min ? min : 1;
+	if (claim(&c->steal[ith], 1, min, lo, hi))
+		return 1;
+	for (i = 1; i < nth; i++)
+		if (claim(&c->steal[(ith + i) % nth], 0, min, lo, hi))
+			return 1;
+	return 0;
 }
 
 /* ---- element-wise ----------------------------------------------------------------- */

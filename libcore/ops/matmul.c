@@ -4,9 +4,15 @@
  *
  * A product is one pool job in two phases: the threads prepare the
  * activation rows (normalize, permute, quantize; rows split over the
- * threads), meet at a barrier, then each computes its share of the output
- * row-sets (split with ds_split, the same share on every call) for blocks
- * of ops_tb() activation rows at a time.
+ * threads), meet at a barrier, then compute the output row-sets.  Each
+ * thread starts from its share (ds_split, the same on every call, so a
+ * thread keeps reading the same rows and, with ds_pool_place, its own
+ * NUMA node's pages).  For one block of rows (decode and small batches:
+ * memory-bound, where a thread slowed by anything else on its core would
+ * leave the other idle at the end) the shares are claimed piecewise and
+ * a thread done with its own takes the others' last row-sets
+ * (ops_steal); for several blocks of ops_tb() rows each thread computes
+ * its whole share block after block.
  */
 #include "ops_int.h"
 
@@ -163,6 +169,7 @@ size_t ops_mv_rows(const ds_ctx *c, const ds_mat *w, size_t rs, size_t n,
 /* ---- the product job --------------------------------------------------------- */
 
 #define MM_MAX 8   /* outputs per job */
+#define STEAL_MIN 4 /* row-sets a thread takes from another's share */
 
 struct mm_job {
 	ds_ctx *c;
@@ -200,37 +207,44 @@ static ds_act mm_act(const struct mm_job *j, int need, size_t r0, size_t n)
 	return a;
 }
 
+/* Row-sets [b, e) of the job's outputs (numbered across them) for the
+ * activation rows tb .. tb+nt-1. */
+static void mm_sets(struct mm_job *j, size_t b, size_t e, size_t tb, size_t nt)
+{
+	int o;
+
+	for (o = 0; o < j->n; o++) {
+		const ds_mm_out *out = j->out[o];
+		size_t lo, hi;
+		ds_act a;
+
+		if (e <= j->sets[o] || b >= j->sets[o + 1])
+			continue;       /* none of this output's row-sets */
+		lo = b > j->sets[o] ? b - j->sets[o] : 0;
+		hi = e < j->sets[o + 1] ? e - j->sets[o] : j->sets[o + 1] - j->sets[o];
+		a = mm_act(j, need_of(out->w->type), tb, nt);
+		j->c->kern->mm[out->w->type.dt](out->w, &a, out->y + (j->t0 + tb) * out->ldy,
+						out->ldy, lo, hi);
+	}
+}
+
+/* One block of rows (decode, small batches): the row-sets claimed as
+ * they go (ops_steal); more blocks: each thread its fixed share. */
 static void mm_fn(void *arg, int ith, int nth)
 {
 	struct mm_job *j = arg;
-	size_t b, e, tb;
-	int o;
+	size_t b, e, tb, TB = ops_tb(j->need, j->kp);
 
 	mm_prep(j, ith, nth);
 	ds_pool_barrier(j->c->pool);
-	ds_split(j->sets[j->n], ith, nth, &b, &e);
-	size_t TB = ops_tb(j->need, j->kp);
-
-	for (tb = 0; tb < j->t; tb += TB) {
-		size_t nt = j->t - tb < TB ? j->t - tb : TB;
-
-		for (o = 0; o < j->n; o++) {
-			const ds_mm_out *out = j->out[o];
-			size_t lo, hi;
-			ds_act a;
-
-			if (e <= j->sets[o] || b >= j->sets[o + 1])
-				continue;       /* none of this output's row-sets */
-			lo = b > j->sets[o] ? b - j->sets[o] : 0;
-			hi = e < j->sets[o + 1] ? e - j->sets[o] : j->sets[o + 1] - j->sets[o];
-
-			if (lo >= hi)
-				continue;
-			a = mm_act(j, need_of(out->w->type), tb, nt);
-			j->c->kern->mm[out->w->type.dt](out->w, &a,
-				out->y + (j->t0 + tb) * out->ldy, out->ldy, lo, hi);
-		}
+	if (j->t <= TB) {
+		while (ops_steal_next(j->c, ith, nth, STEAL_MIN, &b, &e))
+			mm_sets(j, b, e, 0, j->t);
+		return;
 	}
+	ds_split(j->sets[j->n], ith, nth, &b, &e);
+	for (tb = 0; tb < j->t; tb += TB)
+		mm_sets(j, b, e, tb, j->t - tb < TB ? j->t - tb : TB);
 }
 
 /* One job over outputs that share a permutation, rows t0 .. t0+t-1. */
@@ -260,6 +274,8 @@ static void mm_group(ds_ctx *c, const ds_in *in, const ds_mm_out *outs,
 	j.kp = ds_round_up(j.kp, DS_QBLOCK);
 	j.n = n;
 	j.direct_f = in->norm == NULL && j.perm == NULL;
+	if (t <= ops_tb(j.need, j.kp))
+		ops_steal_init(c, j.sets[n]);
 	ops_run(c, mm_fn, &j);
 }
 
@@ -439,12 +455,25 @@ static void ffn_block(struct ffn_job *j, int ith, size_t b, size_t e,
 	}
 }
 
+/* One pass over one block of rows: the row-sets claimed as they go. */
+static int ffn_steals(const struct ffn_job *j)
+{
+	return !j->two_pass && j->t <= ops_tb(need_of(j->gate->type) | need_of(j->up->type), j->kp);
+}
+
 static void ffn_fn(void *arg, int ith, int nth)
 {
 	struct ffn_job *j = arg;
 	int ng = need_of(j->gate->type), nu = need_of(j->up->type), pass;
 	size_t b, e, tb, TB = ops_tb(ng | nu, j->kp);
 
+	if (ffn_steals(j)) {
+		ffn_prep(j, j->gate, ng | nu, ith, nth);
+		ds_pool_barrier(j->c->pool);
+		while (ops_steal_next(j->c, ith, nth, STEAL_MIN, &b, &e))
+			ffn_block(j, ith, b, e, 0, j->t, 0);
+		return;
+	}
 	ds_split((j->gate->n + DS_ROWSET - 1) / DS_ROWSET, ith, nth, &b, &e);
 	for (pass = j->two_pass ? 1 : 0; pass <= (j->two_pass ? 2 : 0); pass++) {
 		const ds_mat *w = pass == 2 ? j->up : j->gate;
@@ -481,6 +510,8 @@ void ds_ffn_gate_up(ds_ctx *c, const ds_mat *gate, const ds_mat *up,
 	j.dst = &c->in;
 	for (j.t0 = 0; j.t0 < in.t; j.t0 += c->cfg.max_rows) {
 		j.t = in.t - j.t0 < c->cfg.max_rows ? in.t - j.t0 : c->cfg.max_rows;
+		if (ffn_steals(&j))
+			ops_steal_init(c, (gate->n + DS_ROWSET - 1) / DS_ROWSET);
 		ops_run(c, ffn_fn, &j);
 	}
 }

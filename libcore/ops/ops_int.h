@@ -6,6 +6,7 @@
 #define DS_OPS_INT_H
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -70,6 +71,24 @@ size_t ops_mv_rows(const ds_ctx *c, const ds_mat *w, size_t rs, size_t n,
 typedef void rows_fn(void *arg, size_t r0, size_t r1, int ith);
 void ops_rows(ds_ctx *c, size_t rows, size_t work_per_row, rows_fn *fn,
 	      void *arg);
+
+/* ---- work stealing ----------------------------------------------------------
+ * A job's n units (row-sets) start split as ds_split gives them, thread i
+ * owning share i; its unclaimed part [front, back) is one atomic word.  A
+ * thread claims from the front of its own share, half of what is left
+ * (at least `min` units), so its first claims are long streams; once its
+ * share is gone it takes `min` units at a time from the back of the
+ * others'.  Threads that run at different speeds (a shared machine, a
+ * busier core) then finish together.  The caller sets the shares before
+ * ops_run; which thread computes a unit never changes its result. */
+struct ops_steal {
+	_Alignas(64) _Atomic uint64_t fb;   /* front | back << 32 */
+};
+
+void ops_steal_init(const ds_ctx *c, size_t n);
+/* The next units [*lo, *hi) for thread ith of nth; 0 when none is left. */
+int ops_steal_next(const ds_ctx *c, int ith, int nth, size_t min, size_t *lo,
+		   size_t *hi);
 
 /* Run a job on the context's pool. */
 static inline void ops_run(ds_ctx *c, ds_job_fn *fn, void *arg)

@@ -13,9 +13,11 @@
  */
 #include <math.h>
 #include <string.h>
+#include <time.h>
 
 #include "harness.h"
 #include "ops.h"
+#include "ops/ops_int.h"
 
 #define U 0x1p-24
 
@@ -854,6 +856,79 @@ static void test_mat_init(void)
 	free(buf);
 }
 
+/* ---- work stealing -------------------------------------------------------- */
+
+struct steal_job {
+	ds_ctx *c;
+	size_t n, min;
+	_Atomic int claimed[1000];  /* times each unit was claimed */
+	_Atomic int by[2][2];       /* units thread t took from share s */
+	int slow;                   /* this thread waits before claiming */
+};
+
+static void steal_fn(void *arg, int ith, int nth)
+{
+	struct steal_job *j = arg;
+	size_t lo, hi, u, b, e;
+	int first = 1;
+
+	while (ops_steal_next(j->c, ith, nth, j->min, &lo, &hi)) {
+		if (first && ith == j->slow) {
+			struct timespec ts = { 0, 20 * 1000 * 1000 };
+
+			nanosleep(&ts, NULL);
+		}
+		first = 0;
+		T_CHECK(lo < hi && hi <= j->n);
+		for (u = lo; u < hi; u++) {
+			ds_split(j->n, 1, 2, &b, &e);
+			atomic_fetch_add(&j->claimed[u], 1);
+			atomic_fetch_add(&j->by[ith][u >= b], 1);
+		}
+	}
+}
+
+/* Every unit is claimed exactly once, whatever the threads' speeds; a
+ * thread that stalls has its share's tail taken by the other, `min` units
+ * at a time, and claims of its own run first from the front. */
+static void test_steal(void)
+{
+	static struct steal_job j;
+	size_t ns[] = { 1, 7, 64, 999 }, i, u;
+	int slow, bad;
+
+	for (i = 0; i < sizeof ns / sizeof ns[0]; i++)
+		for (slow = 0; slow < 2; slow++) {
+			memset(&j, 0, sizeof j);
+			j.c = &ctxs[1];
+			j.n = ns[i];
+			j.min = 1 + (size_t)(t_rand(&seed) % 5);
+			j.slow = slow;
+			ops_steal_init(j.c, j.n);
+			ds_pool_run(pools[1], steal_fn, &j);
+			for (u = 0, bad = 0; u < j.n; u++)
+				bad += j.claimed[u] != 1;
+			T_CHECKF(bad == 0, "n=%zu min=%zu: %d units not claimed once", j.n, j.min, bad);
+			/* the slow thread claimed half its share, then stalled: the
+			 * other took the rest */
+			if (j.n >= 64)
+				T_CHECKF(j.by[!slow][slow] >= (int)j.n / 4,
+					 "n=%zu: thread %d took %d of the slow thread's units", j.n,
+					 !slow, j.by[!slow][slow]);
+		}
+	/* one thread: its share is everything, in claims of half what is left */
+	memset(&j, 0, sizeof j);
+	j.c = &ctxs[0];
+	j.n = 100;
+	ops_steal_init(j.c, j.n);
+	{
+		size_t lo, hi;
+
+		T_CHECK(ops_steal_next(j.c, 0, 1, 4, &lo, &hi) && lo == 0 && hi == 50);
+		T_CHECK(ops_steal_next(j.c, 0, 1, 4, &lo, &hi) && lo == 50 && hi == 75);
+	}
+}
+
 int main(void)
 {
 	ds_ctx_cfg cfg = { .max_rows = 40, .max_k = 512, .max_ff = 128, .moe_experts = 64,
@@ -884,6 +959,7 @@ int main(void)
 	}
 	printf("# kernels %s\n", ds_kernels_name());
 	T_RUN(test_mat_init);
+	T_RUN(test_steal);
 	T_RUN(test_matmul);
 	T_RUN(test_matmul_many);
 	T_RUN(test_perm);
