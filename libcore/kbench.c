@@ -328,6 +328,49 @@ int ds_kbench_probe(ds_pool *pool, size_t ws_bytes, double min_sec,
 	return 0;
 }
 
+struct region_job {
+	ds_pool *pool;
+	const ds_kernels *k;
+	const uint8_t *p;
+	size_t lines;
+	uint64_t sink[DS_POOL_MAX];
+};
+
+static void region_share(void *arg, int ith, int nth)
+{
+	struct region_job *j = arg;
+	size_t b, e;
+
+	ds_split(j->lines, ith, nth, &b, &e);
+	j->sink[ith] = j->k->read_probe(j->p + 256 * b, 256 * (e - b));
+}
+
+static void region_fn(void *arg)
+{
+	struct region_job *j = arg;
+
+	ds_pool_run(j->pool, region_share, j);
+}
+
+int ds_kbench_read(ds_pool *pool, const void *p, size_t bytes, double min_sec,
+		   double *read_gbs)
+{
+	struct region_job *j = calloc(1, sizeof *j);
+
+	*read_gbs = 0;
+	if (j == NULL)
+		return -1;
+	j->pool = pool;
+	j->k = ds_kernels_get();
+	j->p = p;
+	j->lines = bytes / 256;
+	if (j->lines > 0)
+		*read_gbs = 256.0 * (double)j->lines /
+			    best_of(region_fn, j, min_sec > 0 ? min_sec : 0.25) * 1e-9;
+	free(j);
+	return 0;
+}
+
 /* ---- weights --------------------------------------------------------------------------- */
 
 /* Fill `bytes` at p with copies of a random matrix [64, k] of type t (so

@@ -77,6 +77,13 @@ struct ds_pool;
 int ds_kbench_probe(struct ds_pool *pool, size_t ws_bytes, double min_sec,
 		    double *read_gbs, double peak_gops[3], ds_err *err);
 
+/* The read probe over bytes at p (64-aligned; the part that is whole
+ * 256-byte lines), on pool's threads: *read_gbs, the best over min_sec
+ * (0: 0.25 s) and 3 passes.  ds-bench -m reads the model's own weights
+ * with it between its decode runs. */
+int ds_kbench_read(struct ds_pool *pool, const void *p, size_t bytes,
+		   double min_sec, double *read_gbs);
+
 /* The read probe and the barrier for each thread count. */
 int ds_kbench_membw(const ds_kbench_opts *o, ds_kbench_emit *emit, void *arg,
 		    ds_err *err);

@@ -91,6 +91,8 @@ typedef struct mb {
 	int32_t *tok, *pos, *seq;   /* [max(max_p, 1)] */
 	uint64_t rng;
 	double probe_gbs, peak[3];
+	const uint8_t *wmem;        /* the weights the forward reads */
+	size_t wbytes;
 } mb;
 
 static uint32_t rnd(mb *b, uint32_t n)
@@ -195,10 +197,14 @@ static int pp_test(mb *b, uint32_t p, ds_mbench_row *r, ds_err *err)
 	return 0;
 }
 
-/* The tg test of n steps: reps timed decodes after a warm-up of a few. */
+#define PROBE_MAX ((size_t)512 << 20)   /* weight bytes the probe reads */
+
+/* The tg test of n steps: reps timed decodes after a warm-up of a few,
+ * each just after a read probe over (the first 512 MiB of) the weights
+ * it streams, so that a ratio's two figures see the same machine. */
 static int tg_test(mb *b, uint32_t n, ds_mbench_row *r, ds_err *err)
 {
-	double ts[64], ms[64], sec;
+	double ts[64], ms[64], gbs[64], ratio, sec, sd;
 	int i, reps = r->reps;
 
 	if (n == 0)
@@ -206,15 +212,18 @@ static int tg_test(mb *b, uint32_t n, ds_mbench_row *r, ds_err *err)
 	if (decode(b, n < 4 ? n : 4, &sec, err))
 		return -1;
 	for (i = 0; i < reps; i++) {
-		if (decode(b, n, &sec, err))
+		if (ds_kbench_read(b->pool, b->wmem, b->wbytes < PROBE_MAX ? b->wbytes : PROBE_MAX,
+				   0.05, &gbs[i]) || decode(b, n, &sec, err))
 			return -1;
 		ts[i] = n / sec;
 		ms[i] = sec * 1e3 / n;
-		say(b, "%d threads: tg%u %d/%d: %.2f tokens/s", r->threads, n, i + 1,
-		    reps, ts[i]);
+		ratio = gbs[i] > 0 ? b->o->model->active_bytes * ts[i] * 1e-9 / gbs[i] : 0;
+		say(b, "%d threads: tg%u %d/%d: %.2f tokens/s, %.3f of the probe's %.1f GB/s",
+		    r->threads, n, i + 1, reps, ts[i], ratio, gbs[i]);
 	}
 	mean_sd(ts, reps, &r->tg_ts, &r->tg_sd);
 	mean_sd(ms, reps, &r->ms_per_tok, &r->ms_sd);
+	mean_sd(gbs, reps, &r->probe_gbs, &sd);
 	return 0;
 }
 
@@ -380,6 +389,8 @@ int ds_mbench_run(const ds_mbench_opts *o, ds_mbench_emit *emit, void *arg,
 	b.ubatch = b.max_p < 1 ? 1 : b.max_p < MAX_UBATCH ? b.max_p : MAX_UBATCH;
 	if (ds_kernels_init(err) || load(&b, &pl, err) || model_bytes(&b, err))
 		goto out;
+	b.wmem = pl.mem ? pl.mem : m.bin.data;
+	b.wbytes = pl.mem ? pl.bytes : m.bin.size;
 	if (ctx == 0)
 		ctx = b.max_p + max_of(o->tg, o->n_tg);
 	b.n_ctx = ctx < 1 ? 1 : ctx;

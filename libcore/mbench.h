@@ -15,7 +15,8 @@
  *   bw   active_bytes * tg_ts: the weight bytes one decoded token reads
  *        (ds_fwd_info: all but the embedding table and the routed experts
  *        a token does not use) per second, and bw_ratio = bw / the read
- *        probe at the same threads
+ *        probe, the mean of its runs over the model's weights just
+ *        before each rep, at the same threads
  *   gops 2 * active_params * pp_ts / 1e9 (a multiply-add per weight per
  *        token; attention's own products are left out), and
  *        pp_ratio = gops / the int8 peak (q4, q8 models) or bf16 peak

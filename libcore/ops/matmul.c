@@ -169,7 +169,6 @@ size_t ops_mv_rows(const ds_ctx *c, const ds_mat *w, size_t rs, size_t n,
 /* ---- the product job --------------------------------------------------------- */
 
 #define MM_MAX 8   /* outputs per job */
-#define STEAL_MIN 4 /* row-sets a thread takes from another's share */
 
 struct mm_job {
 	ds_ctx *c;

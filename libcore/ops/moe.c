@@ -5,11 +5,12 @@
  * tokens are contiguous rows; then, with barriers between:
  *   1. prepare the rows x[token] (threads split the rows);
  *   2. gate/up of every active expert: items (expert, row-set) split over
- *      the threads, weighted by the expert's token count;
+ *      the threads, weighted by the expert's token count (in decode,
+ *      claimed as they go: ops_steal);
  *   3. prepare the hidden rows for down;
- *   4. down: each thread owns a share of the output row-sets and runs all
- *      active experts on them, adding w * out into y: no two threads
- *      write the same y element, so no locks.
+ *   4. down: each thread owns a share of the output row-sets (in decode,
+ *      claims them) and runs all active experts on them, adding w * out
+ *      into y: no two threads write the same y element, so no locks.
  */
 #include "ops_int.h"
 
@@ -171,6 +172,13 @@ static void gate_up_share(struct moe_job *j, int ith, size_t b, size_t e,
 
 /* down for one token per expert (decode): each expert over the thread's
  * row-sets as streamed ranges, added into y in the order of down_share. */
+/* Decode (one row per active expert, one pass): the (expert, row-set)
+ * items of gate/up, then down's row-sets, claimed as they go (ops_steal). */
+static int moe_steals(const struct moe_job *j)
+{
+	return j->rows == j->nact && !j->two_pass;
+}
+
 static void down_vec(struct moe_job *j, int ith, size_t b, size_t e)
 {
 	const ds_kernels *K = j->c->kern;
@@ -198,11 +206,12 @@ static void down_share(struct moe_job *j, int ith, int nth)
 	float *tile = ops_thr(j->c, ith);
 	size_t b, e, rs, a, tb, t, TB = ops_tb(need_of(j->down->type), j->down->kp);
 
-	ds_split((j->down->n + DS_ROWSET - 1) / DS_ROWSET, ith, nth, &b, &e);
-	if (j->rows == j->nact) {   /* every active expert has one row */
-		down_vec(j, ith, b, e);
+	if (moe_steals(j)) {
+		while (ops_steal_next(j->c, ith, nth, STEAL_MIN, &b, &e))
+			down_vec(j, ith, b, e);
 		return;
 	}
+	ds_split((j->down->n + DS_ROWSET - 1) / DS_ROWSET, ith, nth, &b, &e);
 	for (rs = b; rs < e; rs++) {
 		size_t nv = j->down->n - rs * DS_ROWSET;
 
@@ -239,9 +248,18 @@ static void moe_fn(void *arg, int ith, int nth)
 		prep_x(j, pass == 2 ? j->up : j->gate,
 		       pass == 0 ? ng | nu : pass == 1 ? ng : nu, ith, nth);
 		ds_pool_barrier(j->c->pool);
-		gate_up_share(j, ith, b, e, pass);
+		if (moe_steals(j)) {
+			while (ops_steal_next(j->c, ith, nth, STEAL_MIN, &b, &e))
+				gate_up_share(j, ith, b, e, 0);
+		} else {
+			gate_up_share(j, ith, b, e, pass);
+		}
 		ds_pool_barrier(j->c->pool);
 	}
+	/* every claim of gate/up is made: down's shares (published by
+	 * the barrier after prep_h) */
+	if (moe_steals(j) && ith == 0)
+		ops_steal_init(j->c, (j->down->n + DS_ROWSET - 1) / DS_ROWSET);
 	prep_h(j, ith, nth);
 	ds_pool_barrier(j->c->pool);
 	down_share(j, ith, nth);
@@ -316,6 +334,8 @@ void ds_moe(ds_ctx *c, const ds_mat *gate, const ds_mat *up,
 		moe_sort(c, &j, ids + t0 * n_used, w + t0 * n_used, n, n_used);
 		j.y = y;
 		/* y rows are addressed from the chunk's first token */
+		if (moe_steals(&j))
+			ops_steal_init(c, j.nact * j.ff_sets);
 		ops_run(c, moe_fn, &j);
 	}
 }

@@ -81,6 +81,8 @@ void ops_rows(ds_ctx *c, size_t rows, size_t work_per_row, rows_fn *fn,
  * others'.  Threads that run at different speeds (a shared machine, a
  * busier core) then finish together.  The caller sets the shares before
  * ops_run; which thread computes a unit never changes its result. */
+#define STEAL_MIN 4 /* row-sets a thread takes from another's share */
+
 struct ops_steal {
 	_Alignas(64) _Atomic uint64_t fb;   /* front | back << 32 */
 };
