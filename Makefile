@@ -3,7 +3,8 @@
 #   make test       build and run every C unit test and bats test
 #   make sanitize   the same suite under -fsanitize=address,undefined
 #   make fuzz       libFuzzer targets of every parser (tests/fuzz/README)
-#   make fuzz-smoke each of them for FUZZ_TIME seconds (default 60)
+#   make fuzz-smoke each of them for FUZZ_TIME seconds (default 60), one
+#                   per CPU at a time (FUZZ_JOBS)
 #   make demo       convert the shipped demo model and run the pipeline
 #   make bench      the benchmark suite, written to bench/report.md
 #   make install    PREFIX=/usr/local DESTDIR=
@@ -102,6 +103,7 @@ sanitize:
 # program per target in build/fuzz/bin/; scripts/fuzz.sh runs them.
 FUZZ_SAN  = -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_TIME ?= 60
+FUZZ_JOBS ?=
 fuzz:
 	@scripts/deps.sh --fuzz
 	@$(MAKE) --no-print-directory CC=clang O=build/fuzz BIN=build/fuzz/bin \
@@ -116,7 +118,7 @@ $(BIN)/fuzz_%: $(O)/tests/fuzz/fuzz_%.o $(LIB)
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
 
 fuzz-smoke: fuzz
-	@scripts/fuzz.sh smoke $(FUZZ_TIME)
+	@scripts/fuzz.sh smoke $(FUZZ_TIME) $(FUZZ_JOBS)
 
 demo: all
 	@scripts/demo.sh $(BIN) $(if $(CHAT),--chat)

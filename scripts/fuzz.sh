@@ -3,7 +3,8 @@
 #
 #   scripts/fuzz.sh seeds                   (re)make build/fuzz/seeds/ from testdata
 #   scripts/fuzz.sh run TARGET SECONDS [LIBFUZZER-ARGS...]
-#   scripts/fuzz.sh smoke SECONDS           every target, one after another
+#   scripts/fuzz.sh smoke SECONDS [JOBS]    every target, JOBS at a time
+#                                           (default: one per CPU)
 #   scripts/fuzz.sh merge TARGET DIR        the inputs of the corpus that add
 #                                           coverage, copied into DIR
 #   scripts/fuzz.sh campaign SECONDS [JOBS [TARGET...]]
@@ -193,12 +194,10 @@ run)
 	shift 3
 	run1 "$t" "$s" "$@" ;;
 smoke)
-	[ $# -eq 2 ] || { echo "usage: fuzz.sh smoke SECONDS" >&2; exit 2; }
-	bad=0
-	for t in $(targets); do
-		run1 "$t" "$2" || bad=1
-	done
-	exit $bad ;;
+	[ $# -eq 2 ] || [ $# -eq 3 ] || { echo "usage: fuzz.sh smoke SECONDS [JOBS]" >&2; exit 2; }
+	[ -d "$B/seeds" ] || seeds >/dev/null
+	# each target a `run` of its own; xargs exits non-zero if any found something
+	targets | xargs -P "${3:-$(nproc)}" -I{} "$0" run {} "$2" ;;
 merge)
 	[ $# -eq 3 ] || { echo "usage: fuzz.sh merge TARGET DIR" >&2; exit 2; }
 	need_build "$2"
