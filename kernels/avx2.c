@@ -584,6 +584,67 @@ static uint64_t peak_probe(int kind, uint64_t iters)
 	return iters * PEAK_ACC * 8;
 }
 
+/* 8 floats -> fp16 bits (util.h rounding; a NaN the quiet NaN of its sign) */
+AI __m128i to_f16(__m256 v)
+{
+	__m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	__m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+	__m128i nm = _mm_packs_epi32(_mm256_castsi256_si128(_mm256_castps_si256(nan)),
+				     _mm256_extracti128_si256(_mm256_castps_si256(nan), 1));
+	__m128i qn = _mm_or_si128(_mm_and_si128(h, _mm_set1_epi16((short)0x8000)),
+				  _mm_set1_epi16(0x7e00));
+
+	return _mm_blendv_epi8(h, qn, nm);
+}
+
+/* A cache row (scalar.c kv_store): fp16 and bf16 8 values at a time (the
+ * tail through a buffer), q8 blocks through quant_row. */
+static void kv_store(enum ds_kvtype t, const float *x, size_t n, void *dst)
+{
+	uint8_t *p = dst;
+	size_t i;
+
+	switch (t) {
+	case DS_KV_F32:
+		memcpy(p, x, 4 * n);
+		break;
+	case DS_KV_F16:
+	case DS_KV_BF16:
+		for (i = 0; i < n; i += 8) {
+			float buf[8] = { 0 };
+			__m128i h;
+
+			memcpy(buf, x + i, (n - i < 8 ? n - i : 8) * sizeof(float));
+			if (t == DS_KV_F16) {
+				h = to_f16(_mm256_loadu_ps(buf));
+			} else {
+				__m256i b = to_bf16(_mm256_loadu_ps(buf));
+
+				h = _mm_packus_epi32(_mm256_castsi256_si128(b),
+						     _mm256_extracti128_si256(b, 1));
+			}
+			if (n - i >= 8) {
+				_mm_storeu_si128((void *)(p + 2 * i), h);
+			} else {
+				uint16_t out[8];
+
+				_mm_storeu_si128((void *)out, h);
+				memcpy(p + 2 * i, out, 2 * (n - i));
+			}
+		}
+		break;
+	case DS_KV_Q8:
+		for (i = 0; i < n / DS_QBLOCK; i++) {
+			float d, s;
+
+			quant_row(x + i * DS_QBLOCK, DS_QBLOCK, DS_QBLOCK, NULL, NULL, 1.0f,
+				  (int8_t *)p + 36 * i + 4, &d, &s);
+			memcpy(p + 36 * i, &d, 4);
+		}
+		break;
+	}
+}
+
 void ds_kernels_fill_avx2(ds_kernels *k)
 {
 	k->name = "avx2";
@@ -595,6 +656,7 @@ void ds_kernels_fill_avx2(ds_kernels *k)
 	k->mm[DS_Q4] = mm_q4;
 	k->quant_row = quant_row;
 	k->bf16_row = bf16_row;
+	k->kv_store = kv_store;
 	k->sumsq = sumsq;
 	k->rmsnorm = rmsnorm;
 	k->softmax = softmax;

@@ -696,6 +696,49 @@ AI __mmask16 tail(size_t n, size_t i)
 	return n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
 }
 
+/* fp32 -> fp16 bits, round to nearest even; a NaN becomes the quiet NaN
+ * of its sign with no payload, as util.h's ds_f32_to_f16 */
+AI __m256i to_f16(__m512 v)
+{
+	__m256i h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	__mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+
+	return _mm256_mask_blend_epi16(nan, h, _mm256_or_si256(_mm256_and_si256(h,
+			_mm256_set1_epi16((short)0x8000)), _mm256_set1_epi16(0x7e00)));
+}
+
+/* A cache row (scalar.c kv_store): fp16 and bf16 16 values at a time,
+ * q8 blocks through quant_row. */
+static void kv_store(enum ds_kvtype t, const float *x, size_t n, void *dst)
+{
+	uint8_t *p = dst;
+	size_t i;
+
+	switch (t) {
+	case DS_KV_F32:
+		memcpy(p, x, 4 * n);
+		break;
+	case DS_KV_F16:
+	case DS_KV_BF16:
+		for (i = 0; i < n; i += 16) {
+			__mmask16 m = tail(n, i);
+			__m512 v = _mm512_maskz_loadu_ps(m, x + i);
+
+			_mm256_mask_storeu_epi16(p + 2 * i, m, t == DS_KV_F16 ? to_f16(v) : to_bf16(v));
+		}
+		break;
+	case DS_KV_Q8:
+		for (i = 0; i < n / DS_QBLOCK; i++) {
+			float d, s;
+
+			quant_row(x + i * DS_QBLOCK, DS_QBLOCK, DS_QBLOCK, NULL, NULL, 1.0f,
+				  (int8_t *)p + 36 * i + 4, &d, &s);
+			memcpy(p + 36 * i, &d, 4);
+		}
+		break;
+	}
+}
+
 static float sumsq(const float *x, size_t n)
 {
 	__m512 a = _mm512_setzero_ps(), b = _mm512_setzero_ps();
@@ -1101,6 +1144,7 @@ void ds_kernels_fill_avx512(ds_kernels *k)
 	k->mm[DS_Q4] = mm_q4;
 	k->quant_row = quant_row;
 	k->bf16_row = bf16_row;
+	k->kv_store = kv_store;
 	k->sumsq = sumsq;
 	k->rmsnorm = rmsnorm;
 	k->softmax = softmax;

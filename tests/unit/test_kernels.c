@@ -669,13 +669,44 @@ static float kv_decode(enum ds_kvtype t, const uint8_t *r, size_t i)
 	return t == DS_KV_F16 ? ds_f16_to_f32(hv) : ds_bf16_to_f32(hv);
 }
 
+/* Values where fp16/bf16 rounding has edges: signed zeros, fp16
+ * subnormals and underflow, exact ties, the largest finite and the first
+ * that overflows, infinities, NaNs with payloads. */
+static void kv_specials(float *x, size_t n)
+{
+	union { uint32_t u; float f; } nan1 = { 0x7fc12345u }, nan2 = { 0xffa00001u };
+	const float sp[] = { 0.0f, -0.0f, 1e-8f, -3e-7f, 6.1e-5f, 0x1p-25f, 0x1.8p-25f,
+			     1.0f + 0x1p-11f, 1.0f + 0x3p-11f, 65504.0f, 65519.99f, 65520.0f,
+			     -70000.0f, 1e30f, INFINITY, -INFINITY, nan1.f, nan2.f,
+			     1.0f + 0x1p-8f, 1.0f + 0x3p-8f, 0x1p-130f };
+	size_t i;
+
+	for (i = 0; i < sizeof sp / sizeof sp[0] && i < n; i++)
+		x[i * 4 % n] = sp[i];
+}
+
 static void test_kv_store(void)
 {
-	size_t n = 96, i;
+	size_t n = 96, i, ns[] = { 96, 83, 7 }, k;
 	float *x = rnd(n, 3);
 	uint8_t row[4 * 96], row1[4 * 96];
 	int t, e, bad = 0;
 
+	/* fp16 and bf16 rows of every ISA are the scalar rows, byte for
+	 * byte, at every length, edges included */
+	kv_specials(x, n);
+	for (t = DS_KV_F16; t <= DS_KV_BF16; t++)
+		for (k = 0; k < 3; k++) {
+			isa_tab[0]->kv_store((enum ds_kvtype)t, x, ns[k], row);
+			for (e = 1; e < n_isa; e++) {
+				memset(row1, 0xa5, sizeof row1);
+				isa_tab[e]->kv_store((enum ds_kvtype)t, x, ns[k], row1);
+				T_CHECKF(memcmp(row, row1, 2 * ns[k]) == 0 && row1[2 * ns[k]] == 0xa5,
+					 "%s type %d n %zu", isa_tab[e]->name, t, ns[k]);
+			}
+		}
+	free(x);
+	x = rnd(n, 3);
 	for (t = DS_KV_F32; t <= DS_KV_Q8; t++) {
 		isa_tab[0]->kv_store((enum ds_kvtype)t, x, n, row);
 		for (i = 0; i < n; i++) {
