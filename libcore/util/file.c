@@ -12,10 +12,11 @@
 
 #include "util.h"
 
-/* The file at a 2 MiB-aligned address, so that the kernel can map the
- * page cache's 2 MiB folios with one PMD entry each: inside a reserved
- * range, the slack either side given back. */
-static void *map_aligned(int fd, size_t size)
+/* size bytes at a 2 MiB-aligned address (so that the kernel can map 2 MiB
+ * pages or page-cache folios with one PMD entry each): the file fd, or
+ * zeroed anonymous memory for fd -1, inside a reserved range whose slack
+ * either side is given back. */
+static void *map_aligned(int fd, size_t size, int prot)
 {
 	size_t span = size + DS_HUGE_2M, len = (size_t)ds_round_up(size, 4096);
 	uint8_t *r, *a;
@@ -27,8 +28,8 @@ static void *map_aligned(int fd, size_t size)
 	if (r == MAP_FAILED)
 		return MAP_FAILED;
 	a = (uint8_t *)(uintptr_t)ds_round_up((uintptr_t)r, DS_HUGE_2M);
-	if (mmap(a, size, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0) ==
-	    MAP_FAILED) {
+	if (mmap(a, size, prot, MAP_PRIVATE | MAP_FIXED |
+		 (fd < 0 ? MAP_ANONYMOUS | MAP_NORESERVE : 0), fd, 0) == MAP_FAILED) {
 		munmap(r, span);
 		return MAP_FAILED;
 	}
@@ -37,6 +38,16 @@ static void *map_aligned(int fd, size_t size)
 	if (r + span > a + len)
 		munmap(a + len, (size_t)(r + span - (a + len)));
 	return a;
+}
+
+void *ds_map_anon_huge(size_t size)
+{
+	void *p = map_aligned(-1, size ? size : 1, PROT_READ | PROT_WRITE);
+
+	if (p == MAP_FAILED)
+		return NULL;
+	(void)madvise(p, size ? size : 1, MADV_HUGEPAGE);
+	return p;
 }
 
 /* DS_MAP_HUGE: MADV_HUGEPAGE before the first fault makes a cold read
@@ -76,7 +87,7 @@ int ds_map_open(ds_map *m, const char *path, int flags, ds_err *err)
 	if (m->size == 0)
 		return 0;
 	if ((flags & DS_MAP_HUGE) && m->size >= DS_HUGE_2M)
-		p = map_aligned(m->fd, m->size);
+		p = map_aligned(m->fd, m->size, PROT_READ);
 	else
 		p = mmap(NULL, m->size, PROT_READ, MAP_PRIVATE, m->fd, 0);
 	if (p == MAP_FAILED) {

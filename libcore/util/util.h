@@ -89,6 +89,12 @@ enum {
 };
 
 int ds_map_open(ds_map *m, const char *path, int flags, ds_err *err);
+/* Zeroed read-write anonymous memory, 2 MiB-aligned and advised
+ * MADV_HUGEPAGE: a first touch faults in a 2 MiB page where the kernel
+ * has one (one fault, not 512; a fault costs microseconds on some virtual
+ * machines).  Memory is taken as it is touched; munmap(p, size) frees
+ * it.  NULL if it cannot be mapped. */
+void *ds_map_anon_huge(size_t size);
 void ds_map_close(ds_map *m);
 /* For programs (cmd/): a file truncated while mapped faults with SIGBUS
  * on the next read of a page past its new end.  After this call that is
