@@ -175,7 +175,7 @@ static int claim(struct ops_steal *s, int front, size_t want, size_t *lo,
 		if (f >= b)
 			return 0;
 		n = b - f;
-		n = front ? (n / 2 > want ? n / 2 : want) : want;
+		n = front ? (n - n / 8 > want ? n - n / 8 : want) : want;
 		n = n < b - f ? n : b - f;
 		nw = front ? (uint64_t)(f + n) | (uint64_t)b << 32
 			   : (uint64_t)f | (uint64_t)(b - n) << 32;
