@@ -95,6 +95,8 @@ typedef struct ds_ctx {
 	const ds_kernels *kern;
 	ds_ctx_cfg cfg;
 	ds_actbuf in;       /* [max_rows] rows of max_k: matrix inputs */
+	ds_actbuf one;      /* [threads] rows of max_k: each thread's own copy
+			       of a single input row (decode: no barrier) */
 	float *h;           /* [max_rows][max_ff]: ds_ffn's hidden layer */
 	/* MoE: assignments sorted by expert ([max_rows * moe_used]), their
 	 * input rows, hidden rows and prepared hidden rows */

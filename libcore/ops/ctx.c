@@ -67,6 +67,7 @@ int ds_ctx_init(ds_ctx *c, ds_pool *pool, const ds_ctx_cfg *cfg, ds_err *err)
 	c->kern = ds_kernels_get();
 	c->cfg = *g;
 	buf_alloc(&c->in, g->max_rows, g->max_k, types, &fail, err);
+	buf_alloc(&c->one, (size_t)ds_pool_threads(pool), g->max_k, types, &fail, err);
 	c->h = take(g->max_rows, g->max_ff * sizeof(float), &fail, err);
 	if (g->moe_experts) {
 		c->moe_tok = take(mrows, sizeof(int32_t), &fail, err);
@@ -104,6 +105,7 @@ int ds_ctx_init(ds_ctx *c, ds_pool *pool, const ds_ctx_cfg *cfg, ds_err *err)
 void ds_ctx_free(ds_ctx *c)
 {
 	buf_free(&c->in);
+	buf_free(&c->one);
 	free(c->h);
 	free(c->moe_tok);
 	free(c->moe_w);

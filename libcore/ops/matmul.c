@@ -195,20 +195,24 @@ static void mm_prep(struct mm_job *j, int ith, int nth)
 			     j->perm, j->in->norm, j->in->eps, need, j->dst, r);
 }
 
-static ds_act mm_act(const struct mm_job *j, int need, size_t r0, size_t n)
+/* Input rows tb .. tb+n-1 as the kernels read them: prepared at rows
+ * ar .. of buf, or the input itself (the f form, unnormalized). */
+static ds_act mm_act(const struct mm_job *j, int need, const ds_actbuf *buf,
+		     size_t ar, size_t tb, size_t n)
 {
-	ds_act a = ops_act(j->dst, need, r0, n);
+	ds_act a = ops_act(buf, need, ar, n);
 
 	if ((need & NEED_F) && j->direct_f) {
-		a.f = j->in->x + (j->t0 + r0) * j->in->ld;
+		a.f = j->in->x + (j->t0 + tb) * j->in->ld;
 		a.ldf = j->in->ld;
 	}
 	return a;
 }
 
 /* Row-sets [b, e) of the job's outputs (numbered across them) for the
- * activation rows tb .. tb+nt-1. */
-static void mm_sets(struct mm_job *j, size_t b, size_t e, size_t tb, size_t nt)
+ * activation rows tb .. tb+nt-1, prepared at rows ar .. of buf. */
+static void mm_sets(struct mm_job *j, size_t b, size_t e, size_t tb, size_t nt,
+		    const ds_actbuf *buf, size_t ar)
 {
 	int o;
 
@@ -221,29 +225,40 @@ static void mm_sets(struct mm_job *j, size_t b, size_t e, size_t tb, size_t nt)
 			continue;       /* none of this output's row-sets */
 		lo = b > j->sets[o] ? b - j->sets[o] : 0;
 		hi = e < j->sets[o + 1] ? e - j->sets[o] : j->sets[o + 1] - j->sets[o];
-		a = mm_act(j, need_of(out->w->type), tb, nt);
+		a = mm_act(j, need_of(out->w->type), buf, ar, tb, nt);
 		j->c->kern->mm[out->w->type.dt](out->w, &a, out->y + (j->t0 + tb) * out->ldy,
 						out->ldy, lo, hi);
 	}
 }
 
-/* One block of rows (decode, small batches): the row-sets claimed as
- * they go (ops_steal); more blocks: each thread its fixed share. */
+/* One row (decode): each thread prepares its own copy of it, with no
+ * barrier, and claims row-sets as they go (ops_steal); one block of rows
+ * (small batches): the rows prepared together, then claims; more blocks:
+ * each thread its fixed share. */
 static void mm_fn(void *arg, int ith, int nth)
 {
 	struct mm_job *j = arg;
 	size_t b, e, tb, TB = ops_tb(j->need, j->kp);
+	int need = j->direct_f ? j->need & ~NEED_F : j->need;
 
+	if (j->t == 1 && nth > 1) {
+		if (need)
+			ops_prep_row(j->c, j->in->x + j->t0 * j->in->ld, j->k, j->kp, j->perm,
+				     j->in->norm, j->in->eps, need, &j->c->one, (size_t)ith);
+		while (ops_steal_next(j->c, ith, nth, STEAL_MIN, &b, &e))
+			mm_sets(j, b, e, 0, 1, &j->c->one, (size_t)ith);
+		return;
+	}
 	mm_prep(j, ith, nth);
 	ds_pool_barrier(j->c->pool);
 	if (j->t <= TB) {
 		while (ops_steal_next(j->c, ith, nth, STEAL_MIN, &b, &e))
-			mm_sets(j, b, e, 0, j->t);
+			mm_sets(j, b, e, 0, j->t, j->dst, 0);
 		return;
 	}
 	ds_split(j->sets[j->n], ith, nth, &b, &e);
 	for (tb = 0; tb < j->t; tb += TB)
-		mm_sets(j, b, e, tb, j->t - tb < TB ? j->t - tb : TB);
+		mm_sets(j, b, e, tb, j->t - tb < TB ? j->t - tb : TB, j->dst, tb);
 }
 
 /* One job over outputs that share a permutation, rows t0 .. t0+t-1. */
@@ -416,16 +431,17 @@ static void ffn_vec(struct ffn_job *j, const ds_act *ag, const ds_act *au,
 	}
 }
 
-/* The thread's row-sets for one block of rows: pass 0 both products
- * (gate and up from the same prepared rows), pass 1 gate alone into h,
- * pass 2 up alone, combined with the gate values already in h. */
+/* The thread's row-sets for one block of rows tb .. tb+nt-1 (prepared at
+ * rows ar .. of buf): pass 0 both products (gate and up from the same
+ * prepared rows), pass 1 gate alone into h, pass 2 up alone, combined
+ * with the gate values already in h. */
 static void ffn_block(struct ffn_job *j, int ith, size_t b, size_t e,
-		      size_t tb, size_t nt, int pass)
+		      size_t tb, size_t nt, int pass, const ds_actbuf *buf, size_t ar)
 {
 	const ds_kernels *K = j->c->kern;
 	float *tg = ops_thr(j->c, ith), *tu = tg + TB_MAX * DS_ROWSET;
-	ds_act ag = ops_act(j->dst, need_of(j->gate->type), tb, nt);
-	ds_act au = ops_act(j->dst, need_of(j->up->type), tb, nt);
+	ds_act ag = ops_act(buf, need_of(j->gate->type), ar, nt);
+	ds_act au = ops_act(buf, need_of(j->up->type), ar, nt);
 	size_t rs, t;
 
 	if (nt == 1 && pass == 0) {
@@ -466,11 +482,20 @@ static void ffn_fn(void *arg, int ith, int nth)
 	int ng = need_of(j->gate->type), nu = need_of(j->up->type), pass;
 	size_t b, e, tb, TB = ops_tb(ng | nu, j->kp);
 
+	if (ffn_steals(j) && j->t == 1 && nth > 1) {
+		/* one row: each thread its own copy, no barrier */
+		ops_prep_row(j->c, j->in->x + j->t0 * j->in->ld, j->gate->k, j->kp,
+			     j->gate->perm, j->in->norm, j->in->eps, ng | nu, &j->c->one,
+			     (size_t)ith);
+		while (ops_steal_next(j->c, ith, nth, STEAL_MIN, &b, &e))
+			ffn_block(j, ith, b, e, 0, 1, 0, &j->c->one, (size_t)ith);
+		return;
+	}
 	if (ffn_steals(j)) {
 		ffn_prep(j, j->gate, ng | nu, ith, nth);
 		ds_pool_barrier(j->c->pool);
 		while (ops_steal_next(j->c, ith, nth, STEAL_MIN, &b, &e))
-			ffn_block(j, ith, b, e, 0, j->t, 0);
+			ffn_block(j, ith, b, e, 0, j->t, 0, j->dst, 0);
 		return;
 	}
 	ds_split((j->gate->n + DS_ROWSET - 1) / DS_ROWSET, ith, nth, &b, &e);
@@ -481,7 +506,8 @@ static void ffn_fn(void *arg, int ith, int nth)
 		ffn_prep(j, w, need, ith, nth);
 		ds_pool_barrier(j->c->pool);
 		for (tb = 0; tb < j->t; tb += TB)
-			ffn_block(j, ith, b, e, tb, j->t - tb < TB ? j->t - tb : TB, pass);
+			ffn_block(j, ith, b, e, tb, j->t - tb < TB ? j->t - tb : TB, pass,
+				  j->dst, tb);
 		if (pass == 1)
 			ds_pool_barrier(j->c->pool);  /* before the rows are reused */
 	}
