@@ -97,7 +97,7 @@ typedef struct ds_ctx {
 	ds_actbuf in;       /* [max_rows] rows of max_k: matrix inputs */
 	ds_actbuf one;      /* [threads] rows of max_k: each thread's own copy
 			       of a single input row (decode: no barrier) */
-	float *h;           /* [max_rows][max_ff]: ds_ffn's hidden layer */
+	float *h;           /* [ops_ffn_rows][max_ff]: ds_ffn's hidden layer */
 	/* MoE: assignments sorted by expert ([max_rows * moe_used]), their
 	 * input rows, hidden rows and prepared hidden rows */
 	int32_t *moe_tok, *moe_off;

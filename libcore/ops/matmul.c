@@ -541,14 +541,25 @@ void ds_ffn_gate_up(ds_ctx *c, const ds_mat *gate, const ds_mat *up,
 	}
 }
 
+/* Rows of ds_ffn's hidden layer at a time: one block of down's rows
+ * (ops_tb), so the hidden rows stay small (TinyLlama's prefill of 512
+ * held 11.5 MB of them) and down still reads its weights once per block;
+ * ops_ffn_rows(c, NULL) is the most any down takes (int8 rows). */
+size_t ops_ffn_rows(const ds_ctx *c, const ds_mat *down)
+{
+	size_t r = ops_tb(down ? need_of(down->type) : NEED_Q, down ? down->kp : c->cfg.max_ff);
+
+	return r < c->cfg.max_rows ? r : c->cfg.max_rows;
+}
+
 void ds_ffn(ds_ctx *c, const ds_mat *gate, const ds_mat *up,
 	    const ds_mat *down, const ds_in *in, float *y, size_t ldy)
 {
-	size_t t0, ff = c->cfg.max_ff;
+	size_t t0, ff = c->cfg.max_ff, rows = ops_ffn_rows(c, down);
 
 	DS_ASSERT(gate->n <= ff && down->k == gate->n);
-	for (t0 = 0; t0 < in->t; t0 += c->cfg.max_rows) {
-		size_t t = in->t - t0 < c->cfg.max_rows ? in->t - t0 : c->cfg.max_rows;
+	for (t0 = 0; t0 < in->t; t0 += rows) {
+		size_t t = in->t - t0 < rows ? in->t - t0 : rows;
 		size_t ld = in->ld ? in->ld : gate->k;
 		ds_in part = { in->x + t0 * ld, ld, t, in->norm, in->eps };
 		ds_in hin = { c->h, ff, t, NULL, 0 };

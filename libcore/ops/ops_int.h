@@ -36,6 +36,9 @@ static inline size_t ops_tb(int need, size_t k)
 	return tb < 12 ? 12 : tb > TB_MAX ? TB_MAX : tb;
 }
 
+/* Rows of ds_ffn's hidden layer per pass for down (NULL: the most). */
+size_t ops_ffn_rows(const ds_ctx *c, const ds_mat *down);
+
 /* Per-thread scratch of thread ith (c->thr_bytes bytes, 64-aligned). */
 static inline void *ops_thr(const ds_ctx *c, int ith)
 {

@@ -260,37 +260,67 @@ static void test_perm(void)
 	free(x); free(xp); free(y0); free(y1);
 }
 
+/* ds_ffn on more rows than its hidden layer holds (ops_ffn_rows: 96 for
+ * an int8 down of 8192 inputs) is the gate/up op and a product over all
+ * rows at once, bit for bit. */
+static void test_ffn_chunks(void)
+{
+	ds_ctx_cfg cfg = { .max_rows = 128, .max_k = 8192, .max_ff = 8192 };
+	size_t k = 96, ff = 8192, t = 100, n = 40;
+	float *x = rnd(t * k, 2), *nw = rnd(k, 1), *h = malloc(t * ff * 4);
+	float *y0 = malloc(t * n * 4), *y1 = malloc(t * n * 4);
+	ds_in in = { x, 0, t, nw, 1e-6f };
+	tmat wg, wu, wd;
+	ds_ctx c;
+	ds_err err;
+
+	T_CHECK(ds_ctx_init(&c, pools[1], &cfg, &err) == 0);
+	T_CHECK(ops_ffn_rows(&c, NULL) == 96);
+	tmat_init(&wg, types[0], 1, ff, k, 0);
+	tmat_init(&wu, types[0], 1, ff, k, 0);
+	tmat_init(&wd, types[2], 1, n, ff, 0);
+	ds_ffn_gate_up(&c, &wg.m, &wu.m, &in, h, 0);
+	ds_matmul(&c, &wd.m, h, t, y0);
+	ds_ffn(&c, &wg.m, &wu.m, &wd.m, &in, y1, 0);
+	T_CHECK(same(y0, y1, t * n));
+	tmat_free(&wg); tmat_free(&wu); tmat_free(&wd);
+	ds_ctx_free(&c);
+	free(x); free(nw); free(h); free(y0); free(y1);
+}
+
 static void test_ffn(void)
 {
-	size_t k = 160, ff = 72, t = 11, i, n = 56;
-	float *x = rnd(t * k, 2), *nw = rnd(k, 1), *xn = malloc(t * k * 4);
-	float *g = malloc(t * ff * 4), *u = malloc(t * ff * 4), *h0 = malloc(t * ff * 4);
-	float *h1 = malloc(t * ff * 4), *y0 = malloc(t * n * 4), *y1 = malloc(t * n * 4);
+	size_t k = 160, ff = 72, t, i, n = 56;
+	float *x = rnd(11 * k, 2), *nw = rnd(k, 1), *xn = malloc(11 * k * 4);
+	float *g = malloc(11 * ff * 4), *u = malloc(11 * ff * 4), *h0 = malloc(11 * ff * 4);
+	float *h1 = malloc(11 * ff * 4), *y0 = malloc(11 * n * 4), *y1 = malloc(11 * n * 4);
 	int ti, p, perm;
 
-	for (ti = 0; ti < 4; ti++)
-		for (perm = 0; perm < 2; perm++) {
-			tmat wg, wu, wd;
+	/* one row (decode: each thread prepares its own copy) and eleven */
+	for (t = 1; t <= 11; t += 10)
+		for (ti = 0; ti < 4; ti++)
+			for (perm = 0; perm < 2; perm++) {
+				tmat wg, wu, wd;
 
-			tmat_init(&wg, types[ti], 1, ff, k, perm);
-			tmat_init(&wu, types[ti], 1, ff, k, perm);
-			tmat_init(&wd, types[(ti + 2) % 4], 1, n, ff, 0);
-			ds_rmsnorm(&ctxs[0], x, 0, nw, 1e-6f, t, k, xn, 0);
-			ds_matmul(&ctxs[0], &wg.m, xn, t, g);
-			ds_matmul(&ctxs[0], &wu.m, xn, t, u);
-			for (i = 0; i < t; i++)
-				ctxs[0].kern->silu_mul(g + i * ff, u + i * ff, ff, h0 + i * ff);
-			ds_matmul(&ctxs[0], &wd.m, h0, t, y0);
-			for (p = 0; p < 2; p++) {
-				ds_in in = { x, 0, t, nw, 1e-6f };
+				tmat_init(&wg, types[ti], 1, ff, k, perm);
+				tmat_init(&wu, types[ti], 1, ff, k, perm);
+				tmat_init(&wd, types[(ti + 2) % 4], 1, n, ff, 0);
+				ds_rmsnorm(&ctxs[0], x, 0, nw, 1e-6f, t, k, xn, 0);
+				ds_matmul(&ctxs[0], &wg.m, xn, t, g);
+				ds_matmul(&ctxs[0], &wu.m, xn, t, u);
+				for (i = 0; i < t; i++)
+					ctxs[0].kern->silu_mul(g + i * ff, u + i * ff, ff, h0 + i * ff);
+				ds_matmul(&ctxs[0], &wd.m, h0, t, y0);
+				for (p = 0; p < 2; p++) {
+					ds_in in = { x, 0, t, nw, 1e-6f };
 
-				ds_ffn_gate_up(&ctxs[p], &wg.m, &wu.m, &in, h1, 0);
-				T_CHECKF(same(h0, h1, t * ff), "type %d perm %d threads %d", ti, perm, p + 1);
-				ds_ffn(&ctxs[p], &wg.m, &wu.m, &wd.m, &in, y1, 0);
-				T_CHECK(same(y0, y1, t * n));
+					ds_ffn_gate_up(&ctxs[p], &wg.m, &wu.m, &in, h1, 0);
+					T_CHECKF(same(h0, h1, t * ff), "type %d perm %d threads %d", ti, perm, p + 1);
+					ds_ffn(&ctxs[p], &wg.m, &wu.m, &wd.m, &in, y1, 0);
+					T_CHECK(same(y0, y1, t * n));
+				}
+				tmat_free(&wg); tmat_free(&wu); tmat_free(&wd);
 			}
-			tmat_free(&wg); tmat_free(&wu); tmat_free(&wd);
-		}
 	free(x); free(nw); free(xn); free(g); free(u); free(h0); free(h1); free(y0); free(y1);
 }
 
@@ -964,6 +994,7 @@ int main(void)
 	T_RUN(test_matmul_many);
 	T_RUN(test_perm);
 	T_RUN(test_ffn);
+	T_RUN(test_ffn_chunks);
 	T_RUN(test_moe);
 	T_RUN(test_blocks);
 	T_RUN(test_heads);
