@@ -164,7 +164,8 @@ void ops_steal_init(const ds_ctx *c, size_t n)
 	}
 }
 
-/* Claim up to `want` units of share v, from its front or its back. */
+/* Claim units of the share s: from its front, 7/8 of what is left (at
+ * least want); from its back, want. */
 static int claim(struct ops_steal *s, int front, size_t want, size_t *lo,
 		 size_t *hi)
 {

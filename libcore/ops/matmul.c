@@ -221,7 +221,7 @@ static void mm_sets(struct mm_job *j, size_t b, size_t e, size_t tb, size_t nt,
 		size_t lo, hi;
 		ds_act a;
 
-		if (e <= j->sets[o] || b >= j->sets[o + 1])
+		if (b >= e || e <= j->sets[o] || b >= j->sets[o + 1])
 			continue;       /* none of this output's row-sets */
 		lo = b > j->sets[o] ? b - j->sets[o] : 0;
 		hi = e < j->sets[o + 1] ? e - j->sets[o] : j->sets[o + 1] - j->sets[o];

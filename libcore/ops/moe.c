@@ -170,8 +170,6 @@ static void gate_up_share(struct moe_job *j, int ith, size_t b, size_t e,
 	}
 }
 
-/* down for one token per expert (decode): each expert over the thread's
- * row-sets as streamed ranges, added into y in the order of down_share. */
 /* Decode (one row per active expert, one pass): the (expert, row-set)
  * items of gate/up, then down's row-sets, claimed as they go (ops_steal). */
 static int moe_steals(const struct moe_job *j)
@@ -179,6 +177,9 @@ static int moe_steals(const struct moe_job *j)
 	return j->rows == j->nact && !j->two_pass;
 }
 
+/* down for one token per expert (decode): each expert over the row-sets
+ * b .. e-1 as streamed ranges, added into y expert after expert (each y
+ * element by one thread, in one order). */
 static void down_vec(struct moe_job *j, int ith, size_t b, size_t e)
 {
 	const ds_kernels *K = j->c->kern;
