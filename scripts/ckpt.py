@@ -541,9 +541,15 @@ def ds_name(module):
 # ds-model(5): reading the runtime layout back (written from the man page)
 
 
+DS_MODEL_VERSION = 2   # the layouts below (libcore/modelfile.h)
+
+
 def read_ds_model(d):
     with open(os.path.join(d, "model.meta")) as f:
         meta = json.load(f)
+    if meta.get("version") != DS_MODEL_VERSION:
+        raise ValueError("%s: model.meta version %s; this reader knows %d"
+                         % (d, meta.get("version"), DS_MODEL_VERSION))
     with open(os.path.join(d, "model.bin"), "rb") as f:
         binary = f.read()
     return meta, {t["name"]: (t, binary[t["offset"]:t["offset"] + t["size"]])
@@ -551,7 +557,7 @@ def read_ds_model(d):
 
 
 def _segments(is4, G, ng):
-    """(header offset, first group, groups) of each segment of a q4/q8
+    """(offset, header bytes, first group, groups) of each segment of a q4/q8
     row-set: segments of 4 groups, each a header (scales f16 [n][16],
     then for q4 zeros u8 [n][16], padded to 64 bytes) and the n groups'
     weights (G/8 or G/4 chunks of 64 bytes each)."""
