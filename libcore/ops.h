@@ -272,6 +272,23 @@ typedef struct ds_attn {
 
 void ds_attention(ds_ctx *c, const ds_attn *a, size_t t);
 
+/* ds_attention with the last steps of its inputs in the same pool job,
+ * before a barrier: the q rows (a->q, n_head heads of a->q_hs) and the
+ * new key rows k (n_kv_head heads of hs) rotated in place by r at
+ * positions pos0 .., then the key and value rows (v) written into a->k
+ * and a->v at those positions, as ds_rope_apply and ds_kv_write would.
+ * Row t of k and v at k + t * ld, v + t * ld (ld 0: n_kv_head * hs). */
+typedef struct ds_attn_rows {
+	const ds_rope *rope;
+	float *q;           /* a->q, writable */
+	float *k;
+	const float *v;
+	size_t ld, hs;
+} ds_attn_rows;
+
+void ds_attention_rows(ds_ctx *c, const ds_attn *a, const ds_attn_rows *in,
+		       size_t t);
+
 /* ---- routing and gather ------------------------------------------------------- */
 
 /* The k largest of x[0 .. n) in descending order, ties to the lower

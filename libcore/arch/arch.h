@@ -126,8 +126,9 @@ int ds_fwd_rope_init(const ds_hparams *hp, ds_rope *r, double *scale,
 /* x += FFN(RMSNorm(x)): dense SwiGLU or, for MoE layers, the routed
  * experts plus the shared ones. */
 void ds_blk_ffn(ds_fwd *f, const ds_layer *L, size_t T);
-/* Store each run's K and V rows in the cache, then attend: llama-style
- * grouped-query attention of q (T, nh*hd) into o (T, nh*hd). */
+/* RoPE on q and k, each run's K and V rows into the cache, then
+ * llama-style grouped-query attention of q (T, nh*hd) into o (T, nh*hd)
+ * (q and k rotated in place). */
 void ds_blk_gqa(ds_fwd *f, ds_kvcache *kv, uint32_t layer, size_t T);
 /* x += o W_o^T */
 void ds_blk_out(ds_fwd *f, const ds_mat *wo, const float *o, size_t T);

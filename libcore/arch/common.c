@@ -53,16 +53,51 @@ void ds_blk_out(ds_fwd *f, const ds_mat *wo, const float *o, size_t T)
 	ds_add(&f->ctx, f->x, f->h, T * f->hp->n_embd, f->x);
 }
 
-/* For each run: K and V rows of its tokens into its slot's cache; then,
- * once every run's rows are in, each run's queries attend causally:
- *   o[t][h] = sum_(p <= pos_t) softmax_p(q[t][h] . K[p][h/g] / sqrt(hd)) V[p][h/g] */
+/* One run's attention (its sequence's query heads over its cache).
+ * in: the run's rows' RoPE and cache writes in the same job. */
+static void gqa_run(ds_fwd *f, ds_kvcache *kv, uint32_t layer, const ds_run *r,
+		    const ds_attn_rows *in)
+{
+	const ds_hparams *hp = f->hp;
+	size_t hd = hp->head_dim, nh = hp->n_head;
+	ds_attn a;
+
+	ds_kvcache_layer(kv, r->seq, layer, &a.k, &a.v);
+	a.n_head = nh;
+	a.n_kv_head = hp->n_head_kv;
+	a.q = f->q + r->t0 * nh * hd;
+	a.q_ld = nh * hd;
+	a.q_hs = hd;
+	a.o = f->o + r->t0 * nh * hd;
+	a.o_ld = nh * hd;
+	a.o_hs = hd;
+	a.scale = f->attn_scale;
+	a.pos0 = r->pos0;
+	if (in)
+		ds_attention_rows(&f->ctx, &a, in, r->n);
+	else
+		ds_attention(&f->ctx, &a, r->n);
+}
+
+/* RoPE on q and k, then for each run: K and V rows of its tokens into its
+ * slot's cache; then, once every run's rows are in, each run's queries
+ * attend causally:
+ *   o[t][h] = sum_(p <= pos_t) softmax_p(q[t][h] . K[p][h/g] / sqrt(hd)) V[p][h/g]
+ * One run (decode of one sequence, a prompt): all of it one pool job. */
 void ds_blk_gqa(ds_fwd *f, ds_kvcache *kv, uint32_t layer, size_t T)
 {
 	const ds_hparams *hp = f->hp;
 	size_t hd = hp->head_dim, nh = hp->n_head, nkv = hp->n_head_kv, i;
 	ds_kv kc, vc;
 
-	(void)T;
+	if (f->n_runs == 1) {
+		ds_attn_rows in = { &f->rope, f->q, f->k, f->v, nkv * hd, hd };
+
+		gqa_run(f, kv, layer, &f->runs[0], &in);
+		return;
+	}
+	ds_rope_apply(&f->ctx, &f->rope, f->q, 0, T, nh, hd, f->pos, 0);
+	ds_rope_apply(&f->ctx, &f->rope, f->k, 0, T, nkv, hd, f->pos, 0);
 	for (i = 0; i < f->n_runs; i++) {
 		const ds_run *r = &f->runs[i];
 
@@ -72,23 +107,6 @@ void ds_blk_gqa(ds_fwd *f, ds_kvcache *kv, uint32_t layer, size_t T)
 		ds_kv_write(&f->ctx, &vc, f->v + r->t0 * nkv * hd, 0, hd, nkv,
 			    r->n, r->pos0);
 	}
-	for (i = 0; i < f->n_runs; i++) {
-		const ds_run *r = &f->runs[i];
-		ds_attn a;
-
-		ds_kvcache_layer(kv, r->seq, layer, &kc, &vc);
-		a.n_head = nh;
-		a.n_kv_head = nkv;
-		a.q = f->q + r->t0 * nh * hd;
-		a.q_ld = nh * hd;
-		a.q_hs = hd;
-		a.k = kc;
-		a.v = vc;
-		a.o = f->o + r->t0 * nh * hd;
-		a.o_ld = nh * hd;
-		a.o_hs = hd;
-		a.scale = f->attn_scale;
-		a.pos0 = r->pos0;
-		ds_attention(&f->ctx, &a, r->n);
-	}
+	for (i = 0; i < f->n_runs; i++)
+		gqa_run(f, kv, layer, &f->runs[i], NULL);
 }

@@ -15,7 +15,6 @@
 void ds_llama_layers(ds_fwd *f, ds_kvcache *kv, size_t T)
 {
 	const ds_hparams *hp = f->hp;
-	size_t nh = hp->n_head, nkv = hp->n_head_kv, hd = hp->head_dim;
 	uint32_t i;
 
 	for (i = 0; i < hp->n_layer; i++) {
@@ -26,9 +25,7 @@ void ds_llama_layers(ds_fwd *f, ds_kvcache *kv, size_t T)
 		};
 
 		ds_matmul_many(&f->ctx, &in, qkv, 3);
-		ds_rope_apply(&f->ctx, &f->rope, f->q, 0, T, nh, hd, f->pos, 0);
-		ds_rope_apply(&f->ctx, &f->rope, f->k, 0, T, nkv, hd, f->pos, 0);
-		ds_blk_gqa(f, kv, i, T);
+		ds_blk_gqa(f, kv, i, T);      /* RoPE, cache rows, attention */
 		ds_blk_out(f, &L->wo, f->o, T);
 		ds_blk_ffn(f, L, T);
 	}

@@ -29,9 +29,7 @@ void ds_qwen2_layers(ds_fwd *f, ds_kvcache *kv, size_t T)
 		ds_add_bias(&f->ctx, f->q, 0, T, L->bq, nh * hd);
 		ds_add_bias(&f->ctx, f->k, 0, T, L->bk, nkv * hd);
 		ds_add_bias(&f->ctx, f->v, 0, T, L->bv, nkv * hd);
-		ds_rope_apply(&f->ctx, &f->rope, f->q, 0, T, nh, hd, f->pos, 0);
-		ds_rope_apply(&f->ctx, &f->rope, f->k, 0, T, nkv, hd, f->pos, 0);
-		ds_blk_gqa(f, kv, i, T);
+		ds_blk_gqa(f, kv, i, T);      /* RoPE, cache rows, attention */
 		ds_blk_out(f, &L->wo, f->o, T);
 		ds_blk_ffn(f, L, T);
 	}

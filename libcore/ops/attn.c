@@ -122,21 +122,27 @@ struct rope_job {
 	const int32_t *pos;
 };
 
+/* The cos and sin table of position p (dim/2 of each) into cs. */
+static void rope_table(const ds_rope *r, double p, float *cs)
+{
+	size_t i, half = r->dim / 2;
+
+	for (i = 0; i < half; i++) {
+		double a = p * r->inv_freq[i];
+
+		cs[i] = (float)(cos(a) * r->attn_factor);
+		cs[half + i] = (float)(sin(a) * r->attn_factor);
+	}
+}
+
 static void rope_rows(void *arg, size_t r0, size_t r1, int ith)
 {
 	struct rope_job *j = arg;
 	float *cs = ops_thr(j->c, ith);
-	size_t t, i, half = j->r->dim / 2;
+	size_t t;
 
 	for (t = r0; t < r1; t++) {
-		double p = j->pos ? (double)j->pos[t] : (double)(j->pos0 + t);
-
-		for (i = 0; i < half; i++) {
-			double a = p * j->r->inv_freq[i];
-
-			cs[i] = (float)(cos(a) * j->r->attn_factor);
-			cs[half + i] = (float)(sin(a) * j->r->attn_factor);
-		}
+		rope_table(j->r, j->pos ? (double)j->pos[t] : (double)(j->pos0 + t), cs);
 		j->c->kern->rope(j->x + t * j->ldx, j->nh, j->hs, j->r->dim, cs, j->r->style);
 	}
 }
@@ -188,6 +194,7 @@ struct attn_job {
 	ds_ctx *c;
 	const ds_attn *a;
 	size_t t, g, sub, per;      /* g heads per KV head, in `sub` parts of `per` */
+	const ds_attn_rows *in;     /* ds_attention_rows: the rows' last steps */
 };
 
 /* Unit u = (token, KV head, part of its query heads); units are dealt
@@ -212,19 +219,59 @@ static void attn_unit(const struct attn_job *j, size_t u, float *scratch)
 	j->c->kern->attn(&w, scratch);
 }
 
+/* ds_attention_rows' first phase, units (token, head) of the query heads
+ * then the key heads: RoPE, and for a key head its key and value rows
+ * into the cache. */
+static void attn_rows(const struct attn_job *j, int ith, int nth)
+{
+	const ds_attn *a = j->a;
+	const ds_attn_rows *in = j->in;
+	const ds_kernels *K = j->c->kern;
+	size_t nh = a->n_head, nkv = a->n_kv_head, ld = in->ld ? in->ld : nkv * in->hs;
+	size_t b, e, u, row = SIZE_MAX;
+	float *cs = ops_thr(j->c, ith);
+
+	ds_split(j->t * (nh + nkv), ith, nth, &b, &e);
+	for (u = b; u < e; u++) {
+		size_t t = u / (nh + nkv), h = u % (nh + nkv), p = a->pos0 + t;
+		float *kr;
+
+		if (in->rope && t != row)
+			rope_table(in->rope, (double)p, cs);
+		row = t;
+		if (h < nh) {
+			if (in->rope)
+				K->rope(in->q + t * a->q_ld + h * a->q_hs, 1, a->q_hs,
+					in->rope->dim, cs, in->rope->style);
+			continue;
+		}
+		h -= nh;
+		kr = in->k + t * ld + h * in->hs;
+		if (in->rope)
+			K->rope(kr, 1, in->hs, in->rope->dim, cs, in->rope->style);
+		K->kv_store(a->k.type, kr, a->k.dim, a->k.data + p * a->k.ld + h * a->k.head_stride);
+		K->kv_store(a->v.type, in->v + t * ld + h * in->hs, a->v.dim,
+			    a->v.data + p * a->v.ld + h * a->v.head_stride);
+	}
+}
+
 static void attn_fn(void *arg, int ith, int nth)
 {
 	struct attn_job *j = arg;
 	size_t units = j->t * j->a->n_kv_head * j->sub, u;
 	float *scratch = ops_thr(j->c, ith);
 
+	if (j->in) {
+		attn_rows(j, ith, nth);
+		ds_pool_barrier(j->c->pool);
+	}
 	for (u = (size_t)ith; u < units; u += (size_t)nth)
 		attn_unit(j, u, scratch);
 }
 
-void ds_attention(ds_ctx *c, const ds_attn *a, size_t t)
+static void attention(ds_ctx *c, const ds_attn *a, const ds_attn_rows *in, size_t t)
 {
-	struct attn_job j = { c, a, t, 0, 1, 0 };
+	struct attn_job j = { c, a, t, 0, 1, 0, in };
 	size_t nth = (size_t)ds_pool_threads(c->pool), base = t * a->n_kv_head;
 
 	DS_ASSERT(a->n_kv_head > 0 && a->n_head % a->n_kv_head == 0);
@@ -238,4 +285,19 @@ void ds_attention(ds_ctx *c, const ds_attn *a, size_t t)
 	j.per = (j.g + j.sub - 1) / j.sub;
 	j.sub = (j.g + j.per - 1) / j.per;
 	ops_run(c, attn_fn, &j);
+}
+
+void ds_attention(ds_ctx *c, const ds_attn *a, size_t t)
+{
+	attention(c, a, NULL, t);
+}
+
+void ds_attention_rows(ds_ctx *c, const ds_attn *a, const ds_attn_rows *in,
+		       size_t t)
+{
+	DS_ASSERT(in->q == a->q && in->hs >= a->k.dim && in->hs >= a->v.dim);
+	DS_ASSERT(in->rope == NULL || (in->rope->dim <= c->cfg.max_rope &&
+				       in->rope->dim <= in->hs && in->rope->dim <= a->q_hs));
+	DS_ASSERT(a->k.type != DS_KV_Q8 || (a->k.dim % DS_QBLOCK == 0 && a->v.dim % DS_QBLOCK == 0));
+	attention(c, a, in, t);
 }

@@ -582,6 +582,79 @@ static void test_attention(void)
 	check_attention(DS_KV_Q8, 16, 1, 576, 512, 1, 4, 9);
 }
 
+/* ds_attention_rows (RoPE, cache rows and attention in one job) against
+ * ds_rope_apply, ds_kv_write and ds_attention, bit for bit: nh query heads
+ * over nkv KV heads of width hd, t new rows at pos0 after pos0 cached. */
+static void check_attention_rows(enum ds_kvtype kt, size_t nh, size_t nkv, size_t hd,
+				 size_t t, size_t pos0, enum ds_rope_style st)
+{
+	ds_hparams hp;
+	ds_rope r;
+	ds_err err;
+	size_t n = pos0 + t, kvw = nkv * hd, rb = ds_kv_row_bytes(kt, hd);
+	float *qs = rnd(t * nh * hd, 1), *ks = rnd(n * kvw, 1), *v = rnd(n * kvw, 1);
+	float *q = malloc(t * nh * hd * 4), *k = malloc(n * kvw * 4);
+	float *q1 = malloc(t * nh * hd * 4), *k1 = malloc(n * kvw * 4);
+	float *o0 = malloc(t * nh * hd * 4), *o1 = malloc(t * nh * hd * 4);
+	uint8_t *c0 = calloc(n, nkv * rb * 2), *c1 = calloc(n, nkv * rb * 2);
+	int p;
+
+	memset(&hp, 0, sizeof hp);
+	hp.rope_style = st;
+	hp.rope_theta = 10000;
+	T_CHECK(ds_rope_init(&r, &hp, (uint32_t)hd, &err) == 0);
+	for (p = 0; p < 2; p++) {
+		ds_ctx *c = &ctxs[p];
+		ds_kv kc[2], vc[2];
+		ds_attn a[2];
+		ds_attn_rows in = { &r, q1, k1 + pos0 * kvw, v + pos0 * kvw, 0, hd };
+		int m;
+
+		for (m = 0; m < 2; m++) {
+			uint8_t *cache = m ? c1 : c0;
+
+			kc[m] = (ds_kv){ kt, cache, 2 * nkv * rb, rb, hd };
+			vc[m] = (ds_kv){ kt, cache + nkv * rb, 2 * nkv * rb, rb, hd };
+			a[m] = (ds_attn){ nh, nkv, m ? q1 : q, nh * hd, hd, kc[m], vc[m],
+					  m ? o1 : o0, nh * hd, hd, 0.125f, pos0 };
+		}
+		/* both from the same rows: RoPE rotates q and k in place */
+		memcpy(q, qs, t * nh * hd * 4);
+		memcpy(q1, qs, t * nh * hd * 4);
+		memcpy(k, ks, n * kvw * 4);
+		memcpy(k1, ks, n * kvw * 4);
+		memset(c0, 0, n * nkv * rb * 2);
+		memset(c1, 0, n * nkv * rb * 2);
+		/* the earlier positions, cached alike */
+		ds_kv_write(c, &kc[0], k, 0, hd, nkv, pos0, 0);
+		ds_kv_write(c, &vc[0], v, 0, hd, nkv, pos0, 0);
+		ds_kv_write(c, &kc[1], k, 0, hd, nkv, pos0, 0);
+		ds_kv_write(c, &vc[1], v, 0, hd, nkv, pos0, 0);
+		ds_rope_apply(c, &r, q, 0, t, nh, hd, NULL, pos0);
+		ds_rope_apply(c, &r, k + pos0 * kvw, 0, t, nkv, hd, NULL, pos0);
+		ds_kv_write(c, &kc[0], k + pos0 * kvw, 0, hd, nkv, t, pos0);
+		ds_kv_write(c, &vc[0], v + pos0 * kvw, 0, hd, nkv, t, pos0);
+		ds_attention(c, &a[0], t);
+		ds_attention_rows(c, &a[1], &in, t);
+		T_CHECKF(same(q, q1, t * nh * hd) && same(k, k1, n * kvw), "kv %d threads %d", kt, p + 1);
+		T_CHECKF(memcmp(c0, c1, n * nkv * rb * 2) == 0, "kv %d threads %d: caches", kt, p + 1);
+		T_CHECKF(same(o0, o1, t * nh * hd), "kv %d t %zu threads %d", kt, t, p + 1);
+	}
+	free(qs); free(ks); free(q); free(k); free(v); free(q1); free(k1);
+	free(o0); free(o1); free(c0); free(c1);
+}
+
+static void test_attention_rows(void)
+{
+	int t;
+
+	for (t = DS_KV_F32; t <= DS_KV_Q8; t++) {
+		check_attention_rows((enum ds_kvtype)t, 8, 2, 64, 1, 37, DS_ROPE_NEOX);
+		check_attention_rows((enum ds_kvtype)t, 4, 4, 32, 6, 0, DS_ROPE_INTERLEAVED);
+	}
+	check_attention_rows(DS_KV_F16, 6, 1, 64, 3, 5, DS_ROPE_NEOX);
+}
+
 /* ---- RoPE ------------------------------------------------------------------------- */
 
 static ds_hparams rope_hp(enum ds_rope_style st, double theta, enum ds_rope_scaling type,
@@ -999,6 +1072,7 @@ int main(void)
 	T_RUN(test_blocks);
 	T_RUN(test_heads);
 	T_RUN(test_attention);
+	T_RUN(test_attention_rows);
 	T_RUN(test_rope_tables);
 	T_RUN(test_rope_apply);
 	T_RUN(test_topk);
