@@ -232,6 +232,9 @@ double ds_rope_attn_scale(const ds_hparams *hp);
 void ds_rope_apply(ds_ctx *c, const ds_rope *r, float *x, size_t ldx,
 		   size_t t, size_t nh, size_t hs, const int32_t *pos,
 		   size_t pos0);
+/* The table the rope kernel reads for position p: cos then sin of the
+ * r->dim / 2 angles, times attn_factor, into cs [r->dim]. */
+void ds_rope_table(const ds_rope *r, double p, float *cs);
 
 /* ---- KV cache and attention ------------------------------------------------ */
 

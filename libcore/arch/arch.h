@@ -139,8 +139,13 @@ void ds_blk_out(ds_fwd *f, const ds_mat *wo, const float *o, size_t T);
 int ds_mla_derive(ds_fwd *f, ds_err *err);
 /* The per-head buffers' size and allocation. */
 int ds_mla_alloc(ds_fwd *f, ds_err *err);
-/* Absorbed attention: q (T, nh*(dn+dr)) roped, the cache rows already
- * written; o (T, nh*dv). */
+/* The q_a and kv_a norms are built with eps 1e-6 by the reference and
+ * Hugging Face code, whatever rms_norm_eps says. */
+#define DS_LORA_EPS 1e-6f
+
+/* Absorbed attention of the projected rows q (T, nh*(dn+dr)) and k (T,
+ * rkv+dr): c normalized, q_pe and k_pe rotated, the rows into the cache,
+ * then attention; o (T, nh*dv). */
 void ds_mla_attend(ds_fwd *f, ds_kvcache *kv, const ds_layer *L,
 		   uint32_t layer, size_t T);
 

@@ -17,9 +17,6 @@
  */
 #include "arch.h"
 
-/* The q_a and kv_a norms are built with eps 1e-6 by the reference and
- * Hugging Face code, whatever rms_norm_eps says. */
-#define LORA_EPS 1e-6f
 
 /* q (T, nh*(dn+dr)) and the latent rows k (T, rkv+dr), before RoPE. */
 static void mla_project(ds_fwd *f, const ds_layer *L, size_t T)
@@ -29,7 +26,7 @@ static void mla_project(ds_fwd *f, const ds_layer *L, size_t T)
 
 	if (hp->q_lora_rank) {
 		ds_mm_out a[2] = { { &L->wq_a, f->qa, 0 }, { &L->wkv_a, f->k, 0 } };
-		ds_in qin = { f->qa, 0, T, L->q_a_norm, LORA_EPS };
+		ds_in qin = { f->qa, 0, T, L->q_a_norm, DS_LORA_EPS };
 		ds_mm_out b = { &L->wq_b, f->q, 0 };
 
 		ds_matmul_many(&f->ctx, &in, a, 2);
@@ -44,29 +41,12 @@ static void mla_project(ds_fwd *f, const ds_layer *L, size_t T)
 void ds_deepseek2_layers(ds_fwd *f, ds_kvcache *kv, size_t T)
 {
 	const ds_hparams *hp = f->hp;
-	size_t nh = hp->n_head, dn = hp->qk_nope_head_dim;
-	size_t qhd = dn + hp->qk_rope_head_dim, rkv = hp->kv_lora_rank;
-	size_t lat = rkv + hp->qk_rope_head_dim, i;
 	uint32_t l;
-	ds_kv kc, vc;
 
 	for (l = 0; l < hp->n_layer; l++) {
 		const ds_layer *L = &f->layers[l];
 
 		mla_project(f, L, T);
-		ds_rmsnorm(&f->ctx, f->k, lat, L->kv_a_norm, LORA_EPS, T, rkv,
-			   f->k, lat);
-		ds_rope_apply(&f->ctx, &f->rope, f->q + dn, nh * qhd, T, nh, qhd,
-			      f->pos, 0);
-		ds_rope_apply(&f->ctx, &f->rope, f->k + rkv, lat, T, 1, lat,
-			      f->pos, 0);
-		for (i = 0; i < f->n_runs; i++) {
-			const ds_run *r = &f->runs[i];
-
-			ds_kvcache_layer(kv, r->seq, l, &kc, &vc);
-			ds_kv_write(&f->ctx, &kc, f->k + r->t0 * lat, lat, lat, 1,
-				    r->n, r->pos0);
-		}
 		ds_mla_attend(f, kv, L, l, T);
 		ds_blk_out(f, &L->wo, f->o, T);
 		ds_blk_ffn(f, L, T);

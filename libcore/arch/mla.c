@@ -60,17 +60,26 @@ static int need_of(ds_ttype t)
 
 /* ---- the per-head product job ------------------------------------------------- */
 
+/* One run's new rows, finished in the query side's job (ds_mla_attend):
+ * q_pe rotated, and each latent row [c | k_pe] normalized (c), rotated
+ * (k_pe) and written into the run's cache at pos0 + t. */
+typedef struct mla_rows {
+	ds_kv kc;
+	size_t pos0;
+} mla_rows;
+
 typedef struct hprod {
 	ds_fwd *f;
 	const ds_layer *L;
 	int uv;                    /* 0: W_UK^T (query side), 1: W_UV */
 	size_t T, nh;
-	const float *x;            /* x[t][h] at x + t * ldx + h * hsx */
+	float *x;                  /* x[t][h] at x + t * ldx + h * hsx */
 	size_t ldx, hsx;
 	float *y;                  /* y[t][h] at y + t * ldy + h * hsy */
 	size_t ldy, hsy;
 	/* query side: q_pe[t][h] copied behind q_c (cn floats) */
 	size_t cn, coff;
+	const mla_rows *rows;      /* query side: or NULL, done before */
 } hprod;
 
 static ds_mat head_mat(const hprod *j, size_t h)
@@ -111,16 +120,41 @@ static void hprod_prep(const hprod *j, const ds_mat *w, int need,
 	}
 }
 
-/* q_pe[t][h] behind q_c[t][h] (query side only). */
+/* The latent row t of a run: c normalized, k_pe rotated, into the cache. */
+static void mla_row(const hprod *j, size_t t, const float *cs)
+{
+	const ds_fwd *f = j->f;
+	const ds_hparams *hp = f->hp;
+	size_t rkv = hp->kv_lora_rank, lat = rkv + hp->qk_rope_head_dim;
+	float *k = f->k + t * lat;
+
+	f->kern->rmsnorm(k, j->L->kv_a_norm, rkv, DS_LORA_EPS, k);
+	f->kern->rope(k + rkv, 1, lat - rkv, f->rope.dim, cs, f->rope.style);
+	f->kern->kv_store(j->rows->kc.type, k, j->rows->kc.dim,
+			  j->rows->kc.data + (j->rows->pos0 + t) * j->rows->kc.ld);
+}
+
+/* q_pe[t][h] behind q_c[t][h] (query side only), rotated first when the
+ * job finishes the rows; units past T * nh are the latent rows. */
 static void hprod_copy(const hprod *j, size_t r0, size_t r1)
 {
-	size_t r, dn = j->f->hp->qk_nope_head_dim;
+	size_t r, row = SIZE_MAX, dn = j->f->hp->qk_nope_head_dim;
+	float cs[DS_ROPE_MAXDIM];
 
 	for (r = r0; r < r1; r++) {
 		size_t h = r / j->T, t = r % j->T;
+		float *pe = j->x + t * j->ldx + h * j->hsx + dn;
 
-		memcpy(j->y + t * j->ldy + h * j->hsy + j->coff,
-		       j->x + t * j->ldx + h * j->hsx + dn, j->cn * sizeof(float));
+		if (j->rows && t != row)
+			ds_rope_table(&j->f->rope, (double)(j->rows->pos0 + t), cs);
+		row = t;
+		if (h == j->nh) {
+			mla_row(j, t, cs);
+			continue;
+		}
+		if (j->rows)
+			j->f->kern->rope(pe, 1, j->cn, j->f->rope.dim, cs, j->f->rope.style);
+		memcpy(j->y + t * j->ldy + h * j->hsy + j->coff, pe, j->cn * sizeof(float));
 	}
 }
 
@@ -156,9 +190,12 @@ static void hprod_fn(void *arg, int ith, int nth)
 	int need = need_of(w.type);
 	size_t nrs = (w.n + DS_ROWSET - 1) / DS_ROWSET, b, e, u, t0;
 
-	ds_split(j->T * j->nh, ith, nth, &b, &e);
+	/* with rows, units T * nh .. are the latent rows (h = nh) */
+	ds_split(j->T * (j->nh + (j->rows != NULL)), ith, nth, &b, &e);
 	if (j->cn)
 		hprod_copy(j, b, e);
+	e = e < j->T * j->nh ? e : j->T * j->nh;
+	b = b < e ? b : e;
 	if (need != NEED_F) {
 		hprod_prep(j, &w, need, b, e);
 		ds_pool_barrier(j->f->pool);
@@ -184,6 +221,27 @@ static void hprod_fn(void *arg, int ith, int nth)
 
 /* ---- absorbed attention ---------------------------------------------------------------- */
 
+/* The new rows' last steps on the caller, for batches of several runs:
+ * c normalized, q_pe and k_pe rotated, each run's rows into its cache. */
+static void mla_rows_apart(ds_fwd *f, ds_kvcache *kv, uint32_t layer, size_t T,
+			   const ds_layer *L)
+{
+	const ds_hparams *hp = f->hp;
+	size_t nh = hp->n_head, dn = hp->qk_nope_head_dim, qhd = dn + hp->qk_rope_head_dim;
+	size_t rkv = hp->kv_lora_rank, lat = rkv + hp->qk_rope_head_dim, i;
+	ds_kv kc, vc;
+
+	ds_rmsnorm(&f->ctx, f->k, lat, L->kv_a_norm, DS_LORA_EPS, T, rkv, f->k, lat);
+	ds_rope_apply(&f->ctx, &f->rope, f->q + dn, nh * qhd, T, nh, qhd, f->pos, 0);
+	ds_rope_apply(&f->ctx, &f->rope, f->k + rkv, lat, T, 1, lat, f->pos, 0);
+	for (i = 0; i < f->n_runs; i++) {
+		const ds_run *r = &f->runs[i];
+
+		ds_kvcache_layer(kv, r->seq, layer, &kc, &vc);
+		ds_kv_write(&f->ctx, &kc, f->k + r->t0 * lat, lat, lat, 1, r->n, r->pos0);
+	}
+}
+
 void ds_mla_attend(ds_fwd *f, ds_kvcache *kv, const ds_layer *L,
 		   uint32_t layer, size_t T)
 {
@@ -191,11 +249,19 @@ void ds_mla_attend(ds_fwd *f, ds_kvcache *kv, const ds_layer *L,
 	size_t nh = hp->n_head, dn = hp->qk_nope_head_dim, dr = hp->qk_rope_head_dim;
 	size_t rkv = hp->kv_lora_rank, dv = hp->v_head_dim, lat = rkv + dr, i;
 	hprod qs = { f, L, 0, T, nh, f->q, nh * (dn + dr), dn + dr,
-		     f->qc, nh * lat, lat, dr, rkv };
+		     f->qc, nh * lat, lat, dr, rkv, NULL };
 	hprod vs = { f, L, 1, T, nh, f->oc, nh * rkv, rkv,
-		     f->o, nh * dv, dv, 0, 0 };
+		     f->o, nh * dv, dv, 0, 0, NULL };
+	mla_rows rows;
 	ds_kv kc, vc;
 
+	if (f->n_runs == 1) {   /* one run: its rows finish in qs's job */
+		ds_kvcache_layer(kv, f->runs[0].seq, layer, &rows.kc, &vc);
+		rows.pos0 = f->runs[0].pos0;
+		qs.rows = &rows;
+	} else {
+		mla_rows_apart(f, kv, layer, T, L);
+	}
 	ds_pool_run(f->pool, hprod_fn, &qs);
 	for (i = 0; i < f->n_runs; i++) {
 		const ds_run *r = &f->runs[i];

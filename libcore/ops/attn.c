@@ -122,8 +122,7 @@ struct rope_job {
 	const int32_t *pos;
 };
 
-/* The cos and sin table of position p (dim/2 of each) into cs. */
-static void rope_table(const ds_rope *r, double p, float *cs)
+void ds_rope_table(const ds_rope *r, double p, float *cs)
 {
 	size_t i, half = r->dim / 2;
 
@@ -142,7 +141,7 @@ static void rope_rows(void *arg, size_t r0, size_t r1, int ith)
 	size_t t;
 
 	for (t = r0; t < r1; t++) {
-		rope_table(j->r, j->pos ? (double)j->pos[t] : (double)(j->pos0 + t), cs);
+		ds_rope_table(j->r, j->pos ? (double)j->pos[t] : (double)(j->pos0 + t), cs);
 		j->c->kern->rope(j->x + t * j->ldx, j->nh, j->hs, j->r->dim, cs, j->r->style);
 	}
 }
@@ -237,7 +236,7 @@ static void attn_rows(const struct attn_job *j, int ith, int nth)
 		float *kr;
 
 		if (in->rope && t != row)
-			rope_table(in->rope, (double)p, cs);
+			ds_rope_table(in->rope, (double)p, cs);
 		row = t;
 		if (h < nh) {
 			if (in->rope)
