@@ -543,8 +543,10 @@ void ds_ffn_gate_up(ds_ctx *c, const ds_mat *gate, const ds_mat *up,
 
 /* Rows of ds_ffn's hidden layer at a time: one block of down's rows
  * (ops_tb), so the hidden rows stay small (TinyLlama's prefill of 512
- * held 11.5 MB of them) and down still reads its weights once per block;
- * ops_ffn_rows(c, NULL) is the most any down takes (int8 rows). */
+ * held 11.5 MB of them) and down still reads its weights once per block.
+ * c->h holds ops_ffn_rows(c, NULL) rows of cfg.max_ff floats: a narrower
+ * down (a shared expert beside a dense layer) takes more rows of its own
+ * width, as many as fit there (ffn_pass). */
 size_t ops_ffn_rows(const ds_ctx *c, const ds_mat *down)
 {
 	size_t r = ops_tb(down ? need_of(down->type) : NEED_Q, down ? down->kp : c->cfg.max_ff);
@@ -552,12 +554,21 @@ size_t ops_ffn_rows(const ds_ctx *c, const ds_mat *down)
 	return r < c->cfg.max_rows ? r : c->cfg.max_rows;
 }
 
+/* Rows per pass of ds_ffn through down, whose hidden rows are ld apart. */
+static size_t ffn_pass(const ds_ctx *c, const ds_mat *down, size_t ld)
+{
+	size_t rows = ops_ffn_rows(c, down);
+	size_t fit = ops_ffn_rows(c, NULL) * c->cfg.max_ff / ld;
+
+	return rows < fit ? rows : fit;
+}
+
 void ds_ffn(ds_ctx *c, const ds_mat *gate, const ds_mat *up,
 	    const ds_mat *down, const ds_in *in, float *y, size_t ldy)
 {
-	size_t t0, ff = c->cfg.max_ff, rows = ops_ffn_rows(c, down);
+	size_t t0, ff = gate->n, rows = ffn_pass(c, down, ff);
 
-	DS_ASSERT(gate->n <= ff && down->k == gate->n);
+	DS_ASSERT(gate->n <= c->cfg.max_ff && down->k == gate->n && rows > 0);
 	for (t0 = 0; t0 < in->t; t0 += rows) {
 		size_t t = in->t - t0 < rows ? in->t - t0 : rows;
 		size_t ld = in->ld ? in->ld : gate->k;
