@@ -899,6 +899,17 @@ AI __m512 kv_load(enum ds_kvtype t, const uint8_t *row, size_t d, __mmask16 m)
 	}
 }
 
+/* The largest of s[0..n-1] and m. */
+static float row_max(const float *s, size_t n, float m)
+{
+	__m512 v = _mm512_set1_ps(m);
+	size_t i;
+
+	for (i = 0; i < n; i += 16)
+		v = _mm512_mask_max_ps(v, tail(n, i), ldm(tail(n, i), s + i), v);
+	return _mm512_reduce_max_ps(v);
+}
+
 static float exp_sub_sum(float *s, size_t n, float m)
 {
 	__m512 sum = _mm512_setzero_ps();
@@ -927,49 +938,104 @@ static void scale_row(float *o, size_t n, float c)
 	}
 }
 
-/* Scores of up to 4 heads (from h0) against keys j0 and j0+1 (nk of
- * them) of the chunk: register tiles of dot products over the key width,
- * each key vector converted once for the four heads. */
+/* The sums of a[0..15] as one vector, r[i] = sum of a[i]'s lanes: pairs
+ * summed within 128-bit lanes, then across them (15 adds in all, where
+ * sixteen separate reductions take about 60). */
+AI __m512 hsum16(__m512 *a)
+{
+	__m512 b[8], c[4], d[2];
+	int i;
+
+#pragma GCC unroll 8
+	for (i = 0; i < 8; i++)
+		b[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]),
+				     _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
+#pragma GCC unroll 4
+	for (i = 0; i < 4; i++) {
+		__m512d x = _mm512_castps_pd(b[2 * i]), y = _mm512_castps_pd(b[2 * i + 1]);
+
+		c[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
+				     _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+	}
+#pragma GCC unroll 2
+	for (i = 0; i < 2; i++)
+		d[i] = _mm512_add_ps(_mm512_shuffle_f32x4(c[2 * i], c[2 * i + 1], 0x88),
+				     _mm512_shuffle_f32x4(c[2 * i], c[2 * i + 1], 0xdd));
+	return _mm512_add_ps(_mm512_shuffle_f32x4(d[0], d[1], 0x88),
+			     _mm512_shuffle_f32x4(d[0], d[1], 0xdd));
+}
+
+/* Scores of nh <= NH heads (from h0) against nk <= NK keys (from j0) in
+ * an NH x NK tile (NH x NK = 16; the missing ones repeat the last head and
+ * key, and are not stored): sixteen dot products over the key width, each
+ * key vector converted once for the NH heads, reduced together (hsum16).
+ * A score's arithmetic is the same in any tile, so it does not depend on
+ * how the heads are split over threads or where a chunk ends. */
 AI void attn_qk(const ds_attn_job *a, size_t h0, size_t nh, size_t j0, size_t nk,
-		size_t jc, float *sc, const int NH, const int NK)
+		size_t jc, float *sc, const int NH, const int NK, enum ds_kvtype KT)
 {
 	const size_t kd = a->k.dim, C = DS_ATTN_CHUNK;
-	__m512 acc[4][2];
+	const int full = nh == (size_t)NH && nk == (size_t)NK;
+	__m512 acc[16], r;
+	float out[16];
 	size_t d;
 	int h, k;
 
-	(void)nh;
-	(void)nk;
-#pragma GCC unroll 4
-	for (h = 0; h < NH; h++)
-		acc[h][0] = acc[h][1] = _mm512_setzero_ps();
+#pragma GCC unroll 16
+	for (h = 0; h < 16; h++)
+		acc[h] = _mm512_setzero_ps();
 	for (d = 0; d < kd; d += 16) {
 		__mmask16 m = tail(kd, d);
-		__m512 kv[2];
+		__m512 qv[4];
 
-#pragma GCC unroll 2
-		for (k = 0; k < NK; k++)
-			kv[k] = kv_load(a->k.type, a->k.data + (j0 + k) * a->k.ld, d, m);
 #pragma GCC unroll 4
-		for (h = 0; h < NH; h++) {
-				__m512 qv = ldm(m, a->q + (h0 + h) * a->q_ld + d);
+		for (h = 0; h < NH; h++)
+			qv[h] = ldm(m, a->q + (h0 + (full || (size_t)h < nh ? (size_t)h : nh - 1)) * a->q_ld + d);
+#pragma GCC unroll 16
+		for (k = 0; k < NK; k++) {
+			size_t j = j0 + (full || (size_t)k < nk ? (size_t)k : nk - 1);
+			__m512 kv = kv_load(KT, a->k.data + j * a->k.ld, d, m);
 
-#pragma GCC unroll 2
-			for (k = 0; k < NK; k++)
-				acc[h][k] = _mm512_fmadd_ps(qv, kv[k], acc[h][k]);
+#pragma GCC unroll 4
+			for (h = 0; h < NH; h++)
+				acc[h * NK + k] = _mm512_fmadd_ps(qv[h], kv, acc[h * NK + k]);
 		}
 	}
-#pragma GCC unroll 4
-	for (h = 0; h < NH; h++)
-#pragma GCC unroll 2
-		for (k = 0; k < NK; k++)
-			sc[(h0 + h) * C + jc + k] = a->scale * _mm512_reduce_add_ps(acc[h][k]);
+	r = _mm512_mul_ps(hsum16(acc), _mm512_set1_ps(a->scale));
+	_mm512_storeu_ps(out, r);
+	for (h = 0; (size_t)h < nh; h++)
+		memcpy(sc + (h0 + h) * C + jc, out + h * NK, nk * sizeof(float));
+}
+
+/* Scores of heads h .. h+nh-1 against the chunk's nj keys from j0: whole
+ * tiles by a copy of attn_qk where nh and nk are the tile's constants. */
+AI void attn_scores(const ds_attn_job *a, size_t h, size_t nh, size_t j0, size_t nj,
+		    float *sc, enum ds_kvtype KT)
+{
+	size_t j, step = nh > 2 ? 4 : nh == 2 ? 8 : 16;
+
+	for (j = 0; j < nj; j += step) {
+		size_t nk = nj - j < step ? nj - j : step;
+
+		if (nh == 4 && nk == 4)
+			attn_qk(a, h, 4, j0 + j, 4, j, sc, 4, 4, KT);
+		else if (nh > 2)
+			attn_qk(a, h, nh, j0 + j, nk, j, sc, 4, 4, KT);
+		else if (nh == 2 && nk == 8)
+			attn_qk(a, h, 2, j0 + j, 8, j, sc, 2, 8, KT);
+		else if (nh == 2)
+			attn_qk(a, h, nh, j0 + j, nk, j, sc, 2, 8, KT);
+		else if (nk == 16)
+			attn_qk(a, h, 1, j0 + j, 16, j, sc, 1, 16, KT);
+		else
+			attn_qk(a, h, nh, j0 + j, nk, j, sc, 1, 16, KT);
+	}
 }
 
 /* o[h] += sum_j p[h][j] v_j for up to 4 heads over the chunk's nj keys,
  * a 4-head by 64-value tile of o held in registers while the keys pass. */
 AI void attn_pv(const ds_attn_job *a, size_t h0, size_t j0, size_t nj,
-		const float *sc, const int NH)
+		const float *sc, const int NH, enum ds_kvtype VT)
 {
 	const size_t vd = a->v.dim, C = DS_ATTN_CHUNK;
 	size_t d, j;
@@ -993,7 +1059,7 @@ AI void attn_pv(const ds_attn_job *a, size_t h0, size_t j0, size_t nj,
 
 #pragma GCC unroll 4
 			for (i = 0; i < 4; i++)
-				v[i] = m[i] ? kv_load(a->v.type, row, d + 16 * i, m[i]) : _mm512_setzero_ps();
+				v[i] = m[i] ? kv_load(VT, row, d + 16 * i, m[i]) : _mm512_setzero_ps();
 #pragma GCC unroll 4
 			for (h = 0; h < NH; h++) {
 				__m512 p = _mm512_set1_ps(sc[(h0 + h) * C + j]);
@@ -1012,12 +1078,13 @@ AI void attn_pv(const ds_attn_job *a, size_t h0, size_t j0, size_t nj,
 }
 
 /* The online softmax over chunks of DS_ATTN_CHUNK keys (as attn_online.h),
- * with the two products register-tiled over 4 heads. */
-static void attn(const ds_attn_job *a, float *scratch)
+ * with the two products register-tiled over 4 heads; KT and VT the cache
+ * types (constants where attn() calls it, so no load tests them). */
+AI void attn_t(const ds_attn_job *a, float *scratch, enum ds_kvtype KT, enum ds_kvtype VT)
 {
 	const size_t g = a->g, vd = a->v.dim, C = DS_ATTN_CHUNK;
 	float *sc = scratch, *mx = sc + g * C, *l = mx + g;
-	size_t h, j, j0, nj;
+	size_t h, j0, nj;
 
 	for (h = 0; h < g; h++) {
 		mx[h] = -INFINITY;
@@ -1029,30 +1096,11 @@ static void attn(const ds_attn_job *a, float *scratch)
 		for (h = 0; h < g; h += 4) {
 			size_t nh = g - h < 4 ? g - h : 4;
 
-			for (j = 0; j < nj; j += 2) {
-#define QK(NH, NK) attn_qk(a, h, nh, j0 + j, NK, j, sc, NH, NK)
-				if (nj - j >= 2)
-					switch (nh) {
-					case 1: QK(1, 2); break;
-					case 2: QK(2, 2); break;
-					case 3: QK(3, 2); break;
-					default: QK(4, 2); break;
-					}
-				else
-					switch (nh) {
-					case 1: QK(1, 1); break;
-					case 2: QK(2, 1); break;
-					case 3: QK(3, 1); break;
-					default: QK(4, 1); break;
-					}
-#undef QK
-			}
+			attn_scores(a, h, nh, j0, nj, sc, KT);
 		}
 		for (h = 0; h < g; h++) {
-			float *s = sc + h * C, m = mx[h], sum;
+			float *s = sc + h * C, m = row_max(s, nj, mx[h]), sum;
 
-			for (j = 0; j < nj; j++)
-				m = s[j] > m ? s[j] : m;
 			sum = exp_sub_sum(s, nj, m);
 			if (m != mx[h]) {
 				float corr = mx[h] == -INFINITY ? 0.0f : expf(mx[h] - m);
@@ -1065,15 +1113,29 @@ static void attn(const ds_attn_job *a, float *scratch)
 		}
 		for (h = 0; h < g; h += 4) {
 			switch (g - h < 4 ? g - h : 4) {
-			case 1: attn_pv(a, h, j0, nj, sc, 1); break;
-			case 2: attn_pv(a, h, j0, nj, sc, 2); break;
-			case 3: attn_pv(a, h, j0, nj, sc, 3); break;
-			default: attn_pv(a, h, j0, nj, sc, 4); break;
+			case 1: attn_pv(a, h, j0, nj, sc, 1, VT); break;
+			case 2: attn_pv(a, h, j0, nj, sc, 2, VT); break;
+			case 3: attn_pv(a, h, j0, nj, sc, 3, VT); break;
+			default: attn_pv(a, h, j0, nj, sc, 4, VT); break;
 			}
 		}
 	}
 	for (h = 0; h < g; h++)
 		scale_row(a->o + h * a->o_ld, vd, 1.0f / l[h]);
+}
+
+static void attn(const ds_attn_job *a, float *scratch)
+{
+	if (a->k.type != a->v.type)
+		attn_t(a, scratch, a->k.type, a->v.type);
+	else if (a->k.type == DS_KV_F16)
+		attn_t(a, scratch, DS_KV_F16, DS_KV_F16);
+	else if (a->k.type == DS_KV_BF16)
+		attn_t(a, scratch, DS_KV_BF16, DS_KV_BF16);
+	else if (a->k.type == DS_KV_Q8)
+		attn_t(a, scratch, DS_KV_Q8, DS_KV_Q8);
+	else
+		attn_t(a, scratch, DS_KV_F32, DS_KV_F32);
 }
 
 /* ---- probes ------------------------------------------------------------------- */

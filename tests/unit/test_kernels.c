@@ -853,6 +853,9 @@ static void test_attention(void)
 		for (ni = 0; ni < 5; ni++) {
 			check_attn((enum ds_kvtype)t, 1, ns[ni], 64, 64, 0);
 			check_attn((enum ds_kvtype)t, 4, ns[ni], 128, 128, 0);
+			/* GQA groups of 2 and 6 (2x8 and 4x4 + 2x8 score tiles) */
+			check_attn((enum ds_kvtype)t, 2, ns[ni], 64, 64, 0);
+			check_attn((enum ds_kvtype)t, 6, ns[ni], 96, 96, 0);
 		}
 	/* MLA absorbed decode: one 576-wide key, V its first 512 values */
 	for (t = DS_KV_F16; t <= DS_KV_Q8; t++) {
