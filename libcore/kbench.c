@@ -550,7 +550,7 @@ static int type_rows(bench *b, ds_ttype t, ds_err *err)
 	j->b = b;
 	j->x = x;
 	j->y = y;
-	if (matvec_row(b, j, t, 4096, 4096, err) != 0 ||
+	if (matvec_row(b, j, t, mn, mk, err) != 0 ||
 	    matmul_rows(b, j, t, mn, mk, err) != 0 ||
 	    (!b->o->quick && matvec_row(b, j, t, 4096, 11008, err) != 0))
 		goto out;
