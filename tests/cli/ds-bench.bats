@@ -47,6 +47,18 @@ setup() {
 	[[ "$output" == "ds-bench: DS_ISA=sse9: unknown ISA"* ]]
 }
 
+@test "ds-bench --kernels -s NxK: the first matvec and the matmul rows take that shape" {
+	run "$DS_BIN/ds-bench" --kernels -q -t 1 -w q8g32 -s 512x1024 -o csv
+	[ "$status" -eq 0 ]
+	echo "$output" | /usr/bin/python3 -c '
+import csv, sys
+rows = [r for r in csv.DictReader(sys.stdin) if r["op"] in ("matvec", "matmul")]
+shape = lambda r: (r["n"], r["k"])
+assert rows[0]["op"] == "matvec" and shape(rows[0]) == ("512", "1024"), rows[0]
+assert all(shape(r) == ("512", "1024") for r in rows if r["op"] == "matmul"), rows
+'
+}
+
 @test "ds-bench --kernels -o json has every kind of row" {
 	run "$DS_BIN/ds-bench" --kernels -q -t 1 -o json
 	[ "$status" -eq 0 ]
