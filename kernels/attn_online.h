@@ -1,7 +1,6 @@
 /*
- * attn_online.h - the SIMD files' attention kernel (kernels.h ds_attn_job),
- * included by avx2.c and avx512.c after they define, with their own
- * vectors:
+ * attn_online.h - the generic SIMD attention kernel (kernels.h
+ * ds_attn_job), included by avx2.c after it defines, with its vectors:
  *   kv_row_f32(type, row, dim, out)  a cache row as floats (out rounded up
  *                                    to a multiple of 16, zero-filled)
  *   dot(a, b, n), axpy(a, x, n, y), scale_row(o, n, c)
@@ -10,9 +9,9 @@
  * One pass over the keys in chunks of DS_ATTN_CHUNK with a running maximum
  * and sum per head (the online softmax), so each key and value row is read
  * and converted once for all g heads.  scalar.c's two-pass version is the
- * reference.
+ * reference.  avx2.c runs it for the widths its tiled kernel does not take.
  */
-static void attn(const ds_attn_job *a, float *scratch)
+static void attn_generic(const ds_attn_job *a, float *scratch)
 {
 	const size_t g = a->g, kd = a->k.dim, vd = a->v.dim, C = DS_ATTN_CHUNK;
 	float *sc = scratch, *mx = sc + g * C, *l = mx + g;

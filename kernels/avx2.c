@@ -530,6 +530,209 @@ static void scale_row(float *o, size_t n, float c)
 
 #include "attn_online.h"
 
+/* ---- tiled attention (key widths a multiple of 8, value widths of 32) ---- */
+
+/* Values d .. d+7 of a cache row as floats (d a multiple of 8). */
+AI __m256 kv_load8(enum ds_kvtype t, const uint8_t *row, size_t d)
+{
+	if (t == DS_KV_F32)
+		return _mm256_loadu_ps((const float *)(const void *)(row + 4 * d));
+	if (t == DS_KV_F16)
+		return _mm256_cvtph_ps(_mm_loadu_si128((const void *)(row + 2 * d)));
+	if (t == DS_KV_BF16)
+		return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(
+			_mm_loadu_si128((const void *)(row + 2 * d))), 16));
+	{
+		const uint8_t *b = row + 36 * (d / 32);
+		float sc;
+
+		memcpy(&sc, b, 4);
+		return _mm256_mul_ps(_mm256_set1_ps(sc), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+			_mm_loadl_epi64((const void *)(b + 4 + d % 32)))));
+	}
+}
+
+/* r[i] = the sum of a[i]'s lanes, for eight vectors at once; each sum's
+ * order is the same whatever the other seven hold. */
+AI __m256 hsum8(const __m256 *a)
+{
+	__m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+	__m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+
+	return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20),
+			     _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+/* Scores of nh <= NH heads (from h0) against nk <= NK keys (from j0) in an
+ * NH x NK tile (NH x NK = 8; missing ones repeat the last head and key and
+ * are not stored).  A score's arithmetic is the same in every tile. */
+AI void attn_qk8(const ds_attn_job *a, size_t h0, size_t nh, size_t j0, size_t nk,
+		 size_t jc, float *sc, const int NH, const int NK, enum ds_kvtype KT)
+{
+	const size_t kd = a->k.dim, C = DS_ATTN_CHUNK;
+	const int full = nh == (size_t)NH && nk == (size_t)NK;
+	__m256 acc[8];
+	float out[8];
+	size_t d;
+	int h, k;
+
+#pragma GCC unroll 8
+	for (h = 0; h < 8; h++)
+		acc[h] = _mm256_setzero_ps();
+	for (d = 0; d < kd; d += 8)
+#pragma GCC unroll 8
+		for (k = 0; k < NK; k++) {
+			size_t j = j0 + (full || (size_t)k < nk ? (size_t)k : nk - 1);
+			__m256 kv = kv_load8(KT, a->k.data + j * a->k.ld, d);
+
+#pragma GCC unroll 8
+			for (h = 0; h < NH; h++) {
+				size_t hh = h0 + (full || (size_t)h < nh ? (size_t)h : nh - 1);
+
+				acc[h * NK + k] = _mm256_fmadd_ps(_mm256_loadu_ps(a->q + hh * a->q_ld + d),
+								  kv, acc[h * NK + k]);
+			}
+		}
+	_mm256_storeu_ps(out, _mm256_mul_ps(hsum8(acc), _mm256_set1_ps(a->scale)));
+	for (h = 0; (size_t)h < nh; h++)
+		memcpy(sc + (h0 + h) * C + jc, out + h * NK, nk * sizeof(float));
+}
+
+/* Scores of heads h .. h+nh-1 (nh <= 8) against the chunk's nj keys. */
+AI void attn_scores8(const ds_attn_job *a, size_t h, size_t nh, size_t j0, size_t nj,
+		     float *sc, enum ds_kvtype KT)
+{
+	const int NH = nh > 4 ? 8 : nh > 2 ? 4 : nh == 2 ? 2 : 1;
+	size_t j, step = 8 / (size_t)NH;
+
+	for (j = 0; j < nj; j += step) {
+		size_t nk = nj - j < step ? nj - j : step;
+
+		if (NH == 8)
+			attn_qk8(a, h, nh, j0 + j, nk, j, sc, 8, 1, KT);
+		else if (NH == 4 && nh == 4 && nk == 2)
+			attn_qk8(a, h, 4, j0 + j, 2, j, sc, 4, 2, KT);
+		else if (NH == 4)
+			attn_qk8(a, h, nh, j0 + j, nk, j, sc, 4, 2, KT);
+		else if (NH == 2 && nk == 4)
+			attn_qk8(a, h, 2, j0 + j, 4, j, sc, 2, 4, KT);
+		else if (NH == 2)
+			attn_qk8(a, h, 2, j0 + j, nk, j, sc, 2, 4, KT);
+		else if (nk == 8)
+			attn_qk8(a, h, 1, j0 + j, 8, j, sc, 1, 8, KT);
+		else
+			attn_qk8(a, h, 1, j0 + j, nk, j, sc, 1, 8, KT);
+	}
+}
+
+/* o[h] += sum_j p[h][j] v_j for NH (1 or 2) heads over the chunk's keys,
+ * 32 values of each head's o in registers while the keys pass (the same
+ * multiply-adds, in the same order, as one axpy per key). */
+AI void attn_pv8(const ds_attn_job *a, size_t h0, size_t j0, size_t nj,
+		 const float *sc, const int NH, enum ds_kvtype VT)
+{
+	const size_t C = DS_ATTN_CHUNK;
+	size_t d, j;
+	int h, i;
+
+	for (d = 0; d < a->v.dim; d += 32) {
+		__m256 o[2][4];
+
+#pragma GCC unroll 2
+		for (h = 0; h < NH; h++)
+#pragma GCC unroll 4
+			for (i = 0; i < 4; i++)
+				o[h][i] = _mm256_loadu_ps(a->o + (h0 + h) * a->o_ld + d + 8 * i);
+		for (j = 0; j < nj; j++) {
+			const uint8_t *row = a->v.data + (j0 + j) * a->v.ld;
+			__m256 v[4];
+
+#pragma GCC unroll 4
+			for (i = 0; i < 4; i++)
+				v[i] = kv_load8(VT, row, d + 8 * i);
+#pragma GCC unroll 2
+			for (h = 0; h < NH; h++) {
+				__m256 p = _mm256_broadcast_ss(sc + (h0 + h) * C + j);
+
+#pragma GCC unroll 4
+				for (i = 0; i < 4; i++)
+					o[h][i] = _mm256_fmadd_ps(p, v[i], o[h][i]);
+			}
+		}
+#pragma GCC unroll 2
+		for (h = 0; h < NH; h++)
+#pragma GCC unroll 4
+			for (i = 0; i < 4; i++)
+				_mm256_storeu_ps(a->o + (h0 + h) * a->o_ld + d + 8 * i, o[h][i]);
+	}
+}
+
+/* The largest of s[0..n-1] and m (a NaN score is passed over, as by
+ * attn_online.h's comparison). */
+static float row_max(const float *s, size_t n, float m)
+{
+	__m256 v = _mm256_set1_ps(m);
+	size_t i;
+
+	for (i = 0; i < n; i += 8)
+		v = _mm256_blendv_ps(v, _mm256_max_ps(loadm(s, n, i), v),
+				     _mm256_castsi256_ps(tmask(n, i)));
+	return hmax(v);
+}
+
+/* attn_online.h's online softmax with the tiled products; KT and VT the
+ * cache types, constants where attn() calls it. */
+AI void attn_t(const ds_attn_job *a, float *scratch, enum ds_kvtype KT, enum ds_kvtype VT)
+{
+	const size_t g = a->g, vd = a->v.dim, C = DS_ATTN_CHUNK;
+	float *sc = scratch, *mx = sc + g * C, *l = mx + g;
+	size_t h, j0, nj;
+
+	for (h = 0; h < g; h++) {
+		mx[h] = -INFINITY;
+		l[h] = 0;
+		memset(a->o + h * a->o_ld, 0, vd * sizeof(float));
+	}
+	for (j0 = 0; j0 < a->n; j0 += C) {
+		nj = a->n - j0 < C ? a->n - j0 : C;
+		for (h = 0; h < g; h += 8)
+			attn_scores8(a, h, g - h < 8 ? g - h : 8, j0, nj, sc, KT);
+		for (h = 0; h < g; h++) {
+			float *s = sc + h * C, m = row_max(s, nj, mx[h]), sum;
+
+			sum = exp_sub_sum(s, nj, m);
+			if (m != mx[h]) {
+				float corr = mx[h] == -INFINITY ? 0.0f : expf(mx[h] - m);
+
+				l[h] *= corr;
+				scale_row(a->o + h * a->o_ld, vd, corr);
+				mx[h] = m;
+			}
+			l[h] += sum;
+		}
+		for (h = 0; h + 2 <= g; h += 2)
+			attn_pv8(a, h, j0, nj, sc, 2, VT);
+		if (h < g)
+			attn_pv8(a, h, j0, nj, sc, 1, VT);
+	}
+	for (h = 0; h < g; h++)
+		scale_row(a->o + h * a->o_ld, vd, 1.0f / l[h]);
+}
+
+static void attn(const ds_attn_job *a, float *scratch)
+{
+	if (a->k.dim % 8 || a->v.dim % 32 || a->k.type != a->v.type)
+		attn_generic(a, scratch);
+	else if (a->k.type == DS_KV_F16)
+		attn_t(a, scratch, DS_KV_F16, DS_KV_F16);
+	else if (a->k.type == DS_KV_BF16)
+		attn_t(a, scratch, DS_KV_BF16, DS_KV_BF16);
+	else if (a->k.type == DS_KV_Q8)
+		attn_t(a, scratch, DS_KV_Q8, DS_KV_Q8);
+	else
+		attn_t(a, scratch, DS_KV_F32, DS_KV_F32);
+}
+
 /* ---- probes ------------------------------------------------------------------- */
 
 static uint64_t read_probe(const uint8_t *p, size_t n)
