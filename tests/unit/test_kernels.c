@@ -857,6 +857,11 @@ static void test_attention(void)
 			check_attn((enum ds_kvtype)t, 2, ns[ni], 64, 64, 0);
 			check_attn((enum ds_kvtype)t, 6, ns[ni], 96, 96, 0);
 		}
+	/* widths AVX2's tiled kernel leaves to the generic one */
+	for (t = DS_KV_F32; t <= DS_KV_BF16; t++) {
+		check_attn((enum ds_kvtype)t, 3, 65, 40, 48, 0);
+		check_attn((enum ds_kvtype)t, 2, 33, 36, 64, 0);
+	}
 	/* MLA absorbed decode: one 576-wide key, V its first 512 values */
 	for (t = DS_KV_F16; t <= DS_KV_Q8; t++) {
 		check_attn((enum ds_kvtype)t, 16, 70, 576, 512, 1);
