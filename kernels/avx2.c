@@ -528,6 +528,19 @@ static void scale_row(float *o, size_t n, float c)
 		storem(o, n, i, _mm256_mul_ps(loadm(o, n, i), _mm256_set1_ps(c)));
 }
 
+/* The largest of s[0..n-1] and m (a NaN score is passed over). */
+static float row_max(const float *s, size_t n, float m)
+{
+	__m256 v = _mm256_set1_ps(m);
+	size_t i;
+
+	for (i = 0; i < n; i += 8)
+		v = _mm256_blendv_ps(v, _mm256_max_ps(loadm(s, n, i), v),
+				     _mm256_castsi256_ps(tmask(n, i)));
+	return hmax(v);
+}
+
+#include "attn_softmax.h"
 #include "attn_online.h"
 
 /* ---- tiled attention (key widths a multiple of 8, value widths of 32) ---- */
@@ -667,56 +680,27 @@ AI void attn_pv8(const ds_attn_job *a, size_t h0, size_t j0, size_t nj,
 	}
 }
 
-/* The largest of s[0..n-1] and m (a NaN score is passed over, as by
- * attn_online.h's comparison). */
-static float row_max(const float *s, size_t n, float m)
-{
-	__m256 v = _mm256_set1_ps(m);
-	size_t i;
 
-	for (i = 0; i < n; i += 8)
-		v = _mm256_blendv_ps(v, _mm256_max_ps(loadm(s, n, i), v),
-				     _mm256_castsi256_ps(tmask(n, i)));
-	return hmax(v);
-}
-
-/* attn_online.h's online softmax with the tiled products; KT and VT the
+/* attn_softmax.h's online softmax with the tiled products; KT and VT the
  * cache types, constants where attn() calls it. */
 AI void attn_t(const ds_attn_job *a, float *scratch, enum ds_kvtype KT, enum ds_kvtype VT)
 {
-	const size_t g = a->g, vd = a->v.dim, C = DS_ATTN_CHUNK;
+	const size_t g = a->g, C = DS_ATTN_CHUNK;
 	float *sc = scratch, *mx = sc + g * C, *l = mx + g;
 	size_t h, j0, nj;
 
-	for (h = 0; h < g; h++) {
-		mx[h] = -INFINITY;
-		l[h] = 0;
-		memset(a->o + h * a->o_ld, 0, vd * sizeof(float));
-	}
+	attn_begin(a, mx, l);
 	for (j0 = 0; j0 < a->n; j0 += C) {
 		nj = a->n - j0 < C ? a->n - j0 : C;
 		for (h = 0; h < g; h += 8)
 			attn_scores8(a, h, g - h < 8 ? g - h : 8, j0, nj, sc, KT);
-		for (h = 0; h < g; h++) {
-			float *s = sc + h * C, m = row_max(s, nj, mx[h]), sum;
-
-			sum = exp_sub_sum(s, nj, m);
-			if (m != mx[h]) {
-				float corr = mx[h] == -INFINITY ? 0.0f : expf(mx[h] - m);
-
-				l[h] *= corr;
-				scale_row(a->o + h * a->o_ld, vd, corr);
-				mx[h] = m;
-			}
-			l[h] += sum;
-		}
+		attn_weights(a, sc, mx, l, nj);
 		for (h = 0; h + 2 <= g; h += 2)
 			attn_pv8(a, h, j0, nj, sc, 2, VT);
 		if (h < g)
 			attn_pv8(a, h, j0, nj, sc, 1, VT);
 	}
-	for (h = 0; h < g; h++)
-		scale_row(a->o + h * a->o_ld, vd, 1.0f / l[h]);
+	attn_end(a, l);
 }
 
 static void attn(const ds_attn_job *a, float *scratch)

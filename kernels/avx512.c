@@ -938,6 +938,8 @@ static void scale_row(float *o, size_t n, float c)
 	}
 }
 
+#include "attn_softmax.h"
+
 /* The sums of a[0..15] as one vector, r[i] = sum of a[i]'s lanes: pairs
  * summed within 128-bit lanes, then across them (15 adds in all, where
  * sixteen separate reductions take about 60). */
@@ -1077,20 +1079,16 @@ AI void attn_pv(const ds_attn_job *a, size_t h0, size_t j0, size_t nj,
 	}
 }
 
-/* The online softmax over chunks of DS_ATTN_CHUNK keys (as attn_online.h),
+/* The online softmax over chunks of DS_ATTN_CHUNK keys (attn_softmax.h),
  * with the two products register-tiled over 4 heads; KT and VT the cache
  * types (constants where attn() calls it, so no load tests them). */
 AI void attn_t(const ds_attn_job *a, float *scratch, enum ds_kvtype KT, enum ds_kvtype VT)
 {
-	const size_t g = a->g, vd = a->v.dim, C = DS_ATTN_CHUNK;
+	const size_t g = a->g, C = DS_ATTN_CHUNK;
 	float *sc = scratch, *mx = sc + g * C, *l = mx + g;
 	size_t h, j0, nj;
 
-	for (h = 0; h < g; h++) {
-		mx[h] = -INFINITY;
-		l[h] = 0;
-		memset(a->o + h * a->o_ld, 0, vd * sizeof(float));
-	}
+	attn_begin(a, mx, l);
 	for (j0 = 0; j0 < a->n; j0 += C) {
 		nj = a->n - j0 < C ? a->n - j0 : C;
 		for (h = 0; h < g; h += 4) {
@@ -1098,19 +1096,7 @@ AI void attn_t(const ds_attn_job *a, float *scratch, enum ds_kvtype KT, enum ds_
 
 			attn_scores(a, h, nh, j0, nj, sc, KT);
 		}
-		for (h = 0; h < g; h++) {
-			float *s = sc + h * C, m = row_max(s, nj, mx[h]), sum;
-
-			sum = exp_sub_sum(s, nj, m);
-			if (m != mx[h]) {
-				float corr = mx[h] == -INFINITY ? 0.0f : expf(mx[h] - m);
-
-				l[h] *= corr;
-				scale_row(a->o + h * a->o_ld, vd, corr);
-				mx[h] = m;
-			}
-			l[h] += sum;
-		}
+		attn_weights(a, sc, mx, l, nj);
 		for (h = 0; h < g; h += 4) {
 			switch (g - h < 4 ? g - h : 4) {
 			case 1: attn_pv(a, h, j0, nj, sc, 1, VT); break;
@@ -1120,8 +1106,7 @@ AI void attn_t(const ds_attn_job *a, float *scratch, enum ds_kvtype KT, enum ds_
 			}
 		}
 	}
-	for (h = 0; h < g; h++)
-		scale_row(a->o + h * a->o_ld, vd, 1.0f / l[h]);
+	attn_end(a, l);
 }
 
 static void attn(const ds_attn_job *a, float *scratch)

@@ -1,0 +1,54 @@
+/*
+ * attn_softmax.h - the online softmax steps the SIMD attention kernels
+ * share (kernels.h ds_attn_job), included by avx2.c and avx512.c after
+ * they define, with their own vectors:
+ *   row_max(s, n, m)                 the largest of s[0..n-1] and m
+ *   exp_sub_sum(s, n, m)             s[i] = e^(s[i] - m), returns the sum
+ *   scale_row(o, n, c)               o[i] *= c
+ *
+ * The keys pass in chunks of DS_ATTN_CHUNK with a running maximum mx and
+ * sum l per head, so each key and value row is read and converted once
+ * for all g heads.  scalar.c's two-pass version is the reference.
+ */
+
+/* mx, l and the heads' outputs before the first chunk. */
+static void attn_begin(const ds_attn_job *a, float *mx, float *l)
+{
+	size_t h;
+
+	for (h = 0; h < a->g; h++) {
+		mx[h] = -INFINITY;
+		l[h] = 0;
+		memset(a->o + h * a->o_ld, 0, a->v.dim * sizeof(float));
+	}
+}
+
+/* A chunk's nj scores per head (sc, DS_ATTN_CHUNK apart) into weights
+ * e^(s - max), the outputs so far and l rescaled to a new maximum. */
+static void attn_weights(const ds_attn_job *a, float *sc, float *mx, float *l, size_t nj)
+{
+	size_t h;
+
+	for (h = 0; h < a->g; h++) {
+		float *s = sc + h * DS_ATTN_CHUNK, m = row_max(s, nj, mx[h]), sum;
+
+		sum = exp_sub_sum(s, nj, m);
+		if (m != mx[h]) {
+			float corr = mx[h] == -INFINITY ? 0.0f : expf(mx[h] - m);
+
+			l[h] *= corr;
+			scale_row(a->o + h * a->o_ld, a->v.dim, corr);
+			mx[h] = m;
+		}
+		l[h] += sum;
+	}
+}
+
+/* The outputs divided by their sums, after the last chunk. */
+static void attn_end(const ds_attn_job *a, const float *l)
+{
+	size_t h;
+
+	for (h = 0; h < a->g; h++)
+		scale_row(a->o + h * a->o_ld, a->v.dim, 1.0f / l[h]);
+}
