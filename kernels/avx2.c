@@ -611,30 +611,34 @@ AI void attn_qk8(const ds_attn_job *a, size_t h0, size_t nh, size_t j0, size_t n
 		memcpy(sc + (h0 + h) * C + jc, out + h * NK, nk * sizeof(float));
 }
 
+/* One NH x NK tile of scores: a whole one by a copy of attn_qk8 where nh
+ * and nk are constants (no clamped indices), a partial one by another. */
+AI void attn_tile8(const ds_attn_job *a, size_t h, size_t nh, size_t j0, size_t nk,
+		   size_t jc, float *sc, const int NH, const int NK, enum ds_kvtype KT)
+{
+	if (nh == (size_t)NH && nk == (size_t)NK)
+		attn_qk8(a, h, (size_t)NH, j0, (size_t)NK, jc, sc, NH, NK, KT);
+	else
+		attn_qk8(a, h, nh, j0, nk, jc, sc, NH, NK, KT);
+}
+
 /* Scores of heads h .. h+nh-1 (nh <= 8) against the chunk's nj keys. */
 AI void attn_scores8(const ds_attn_job *a, size_t h, size_t nh, size_t j0, size_t nj,
 		     float *sc, enum ds_kvtype KT)
 {
-	const int NH = nh > 4 ? 8 : nh > 2 ? 4 : nh == 2 ? 2 : 1;
-	size_t j, step = 8 / (size_t)NH;
+	size_t j, step = nh > 4 ? 1 : nh > 2 ? 2 : nh == 2 ? 4 : 8;
 
 	for (j = 0; j < nj; j += step) {
 		size_t nk = nj - j < step ? nj - j : step;
 
-		if (NH == 8)
-			attn_qk8(a, h, nh, j0 + j, nk, j, sc, 8, 1, KT);
-		else if (NH == 4 && nh == 4 && nk == 2)
-			attn_qk8(a, h, 4, j0 + j, 2, j, sc, 4, 2, KT);
-		else if (NH == 4)
-			attn_qk8(a, h, nh, j0 + j, nk, j, sc, 4, 2, KT);
-		else if (NH == 2 && nk == 4)
-			attn_qk8(a, h, 2, j0 + j, 4, j, sc, 2, 4, KT);
-		else if (NH == 2)
-			attn_qk8(a, h, 2, j0 + j, nk, j, sc, 2, 4, KT);
-		else if (nk == 8)
-			attn_qk8(a, h, 1, j0 + j, 8, j, sc, 1, 8, KT);
+		if (nh > 4)
+			attn_tile8(a, h, nh, j0 + j, nk, j, sc, 8, 1, KT);
+		else if (nh > 2)
+			attn_tile8(a, h, nh, j0 + j, nk, j, sc, 4, 2, KT);
+		else if (nh == 2)
+			attn_tile8(a, h, nh, j0 + j, nk, j, sc, 2, 4, KT);
 		else
-			attn_qk8(a, h, 1, j0 + j, nk, j, sc, 1, 8, KT);
+			attn_tile8(a, h, nh, j0 + j, nk, j, sc, 1, 8, KT);
 	}
 }
 

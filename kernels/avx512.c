@@ -1009,8 +1009,18 @@ AI void attn_qk(const ds_attn_job *a, size_t h0, size_t nh, size_t j0, size_t nk
 		memcpy(sc + (h0 + h) * C + jc, out + h * NK, nk * sizeof(float));
 }
 
-/* Scores of heads h .. h+nh-1 against the chunk's nj keys from j0: whole
- * tiles by a copy of attn_qk where nh and nk are the tile's constants. */
+/* One NH x NK tile of scores: a whole one by a copy of attn_qk where nh
+ * and nk are constants (no clamped indices), a partial one by another. */
+AI void attn_tile(const ds_attn_job *a, size_t h, size_t nh, size_t j0, size_t nk,
+		  size_t jc, float *sc, const int NH, const int NK, enum ds_kvtype KT)
+{
+	if (nh == (size_t)NH && nk == (size_t)NK)
+		attn_qk(a, h, (size_t)NH, j0, (size_t)NK, jc, sc, NH, NK, KT);
+	else
+		attn_qk(a, h, nh, j0, nk, jc, sc, NH, NK, KT);
+}
+
+/* Scores of heads h .. h+nh-1 (nh <= 4) against the chunk's nj keys. */
 AI void attn_scores(const ds_attn_job *a, size_t h, size_t nh, size_t j0, size_t nj,
 		    float *sc, enum ds_kvtype KT)
 {
@@ -1019,18 +1029,12 @@ AI void attn_scores(const ds_attn_job *a, size_t h, size_t nh, size_t j0, size_t
 	for (j = 0; j < nj; j += step) {
 		size_t nk = nj - j < step ? nj - j : step;
 
-		if (nh == 4 && nk == 4)
-			attn_qk(a, h, 4, j0 + j, 4, j, sc, 4, 4, KT);
-		else if (nh > 2)
-			attn_qk(a, h, nh, j0 + j, nk, j, sc, 4, 4, KT);
-		else if (nh == 2 && nk == 8)
-			attn_qk(a, h, 2, j0 + j, 8, j, sc, 2, 8, KT);
+		if (nh > 2)
+			attn_tile(a, h, nh, j0 + j, nk, j, sc, 4, 4, KT);
 		else if (nh == 2)
-			attn_qk(a, h, nh, j0 + j, nk, j, sc, 2, 8, KT);
-		else if (nk == 16)
-			attn_qk(a, h, 1, j0 + j, 16, j, sc, 1, 16, KT);
+			attn_tile(a, h, nh, j0 + j, nk, j, sc, 2, 8, KT);
 		else
-			attn_qk(a, h, nh, j0 + j, nk, j, sc, 1, 16, KT);
+			attn_tile(a, h, nh, j0 + j, nk, j, sc, 1, 16, KT);
 	}
 }
 
