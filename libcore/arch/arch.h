@@ -130,6 +130,11 @@ void ds_blk_ffn(ds_fwd *f, const ds_layer *L, size_t T);
  * llama-style grouped-query attention of q (T, nh*hd) into o (T, nh*hd)
  * (q and k rotated in place). */
 void ds_blk_gqa(ds_fwd *f, ds_kvcache *kv, uint32_t layer, size_t T);
+/* Run r's attention over layer `layer` of its cache: the n_head query
+ * rows of q_hs floats per token at q (the whole batch's rows), n_kv_head
+ * key heads, outputs of o_hs floats per head at o; f's scale. */
+ds_attn ds_run_attn(const ds_fwd *f, ds_kvcache *kv, uint32_t layer, const ds_run *r,
+		    size_t n_kv_head, const float *q, size_t q_hs, float *o, size_t o_hs);
 /* x += o W_o^T */
 void ds_blk_out(ds_fwd *f, const ds_mat *wo, const float *o, size_t T);
 

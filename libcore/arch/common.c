@@ -53,26 +53,34 @@ void ds_blk_out(ds_fwd *f, const ds_mat *wo, const float *o, size_t T)
 	ds_add(&f->ctx, f->x, f->h, T * f->hp->n_embd, f->x);
 }
 
+ds_attn ds_run_attn(const ds_fwd *f, ds_kvcache *kv, uint32_t layer, const ds_run *r,
+		    size_t n_kv_head, const float *q, size_t q_hs, float *o, size_t o_hs)
+{
+	size_t nh = f->hp->n_head;
+	ds_attn a;
+
+	ds_kvcache_layer(kv, r->seq, layer, &a.k, &a.v);
+	a.n_head = nh;
+	a.n_kv_head = n_kv_head;
+	a.q = q + r->t0 * nh * q_hs;
+	a.q_ld = nh * q_hs;
+	a.q_hs = q_hs;
+	a.o = o + r->t0 * nh * o_hs;
+	a.o_ld = nh * o_hs;
+	a.o_hs = o_hs;
+	a.scale = f->attn_scale;
+	a.pos0 = r->pos0;
+	return a;
+}
+
 /* One run's attention (its sequence's query heads over its cache).
  * in: the run's rows' RoPE and cache writes in the same job. */
 static void gqa_run(ds_fwd *f, ds_kvcache *kv, uint32_t layer, const ds_run *r,
 		    const ds_attn_rows *in)
 {
-	const ds_hparams *hp = f->hp;
-	size_t hd = hp->head_dim, nh = hp->n_head;
-	ds_attn a;
+	size_t hd = f->hp->head_dim;
+	ds_attn a = ds_run_attn(f, kv, layer, r, f->hp->n_head_kv, f->q, hd, f->o, hd);
 
-	ds_kvcache_layer(kv, r->seq, layer, &a.k, &a.v);
-	a.n_head = nh;
-	a.n_kv_head = hp->n_head_kv;
-	a.q = f->q + r->t0 * nh * hd;
-	a.q_ld = nh * hd;
-	a.q_hs = hd;
-	a.o = f->o + r->t0 * nh * hd;
-	a.o_ld = nh * hd;
-	a.o_hs = hd;
-	a.scale = f->attn_scale;
-	a.pos0 = r->pos0;
 	if (in)
 		ds_attention_rows(&f->ctx, &a, in, r->n);
 	else

@@ -253,7 +253,7 @@ void ds_mla_attend(ds_fwd *f, ds_kvcache *kv, const ds_layer *L,
 	hprod vs = { f, L, 1, T, nh, f->oc, nh * rkv, rkv,
 		     f->o, nh * dv, dv, 0, 0, NULL };
 	mla_rows rows;
-	ds_kv kc, vc;
+	ds_kv vc;
 
 	if (f->n_runs == 1) {   /* one run: its rows finish in qs's job */
 		ds_kvcache_layer(kv, f->runs[0].seq, layer, &rows.kc, &vc);
@@ -264,23 +264,9 @@ void ds_mla_attend(ds_fwd *f, ds_kvcache *kv, const ds_layer *L,
 	}
 	ds_pool_run(f->pool, hprod_fn, &qs);
 	for (i = 0; i < f->n_runs; i++) {
-		const ds_run *r = &f->runs[i];
-		ds_attn a;
+		ds_attn a = ds_run_attn(f, kv, layer, &f->runs[i], 1, f->qc, lat, f->oc, rkv);
 
-		ds_kvcache_layer(kv, r->seq, layer, &kc, &vc);
-		a.n_head = nh;
-		a.n_kv_head = 1;
-		a.q = f->qc + r->t0 * nh * lat;
-		a.q_ld = nh * lat;
-		a.q_hs = lat;
-		a.k = kc;
-		a.v = vc;
-		a.o = f->oc + r->t0 * nh * rkv;
-		a.o_ld = nh * rkv;
-		a.o_hs = rkv;
-		a.scale = f->attn_scale;
-		a.pos0 = r->pos0;
-		ds_attention(&f->ctx, &a, r->n);
+		ds_attention(&f->ctx, &a, f->runs[i].n);
 	}
 	ds_pool_run(f->pool, hprod_fn, &vs);
 }
