@@ -310,17 +310,19 @@ int ds_kbench_probe(ds_pool *pool, size_t ws_bytes, double min_sec,
 	memset(&b, 0, sizeof b);
 	b.pool = pool;
 	b.threads = ds_pool_threads(pool);
-	b.ws_bytes = ds_round_up(ws_bytes ? ws_bytes : (size_t)512 << 20, 4096);
+	b.ws_bytes = read_gbs ? ds_round_up(ws_bytes ? ws_bytes : (size_t)512 << 20, 4096) : 0;
 	min_sec = min_sec > 0 ? min_sec : 0.25;
-	b.ws = j ? ds_aligned_alloc(4096, b.ws_bytes, err) : NULL;
-	if (b.ws == NULL) {
+	b.ws = j && read_gbs ? ds_aligned_alloc(4096, b.ws_bytes, err) : NULL;
+	if (j == NULL || (read_gbs && b.ws == NULL)) {
 		free(j);
 		return ds_errf(err, "read probe: out of memory");
 	}
-	memset(b.ws, 1, b.ws_bytes);
 	j->b = &b;
 	j->k = ds_kernels_get();
-	*read_gbs = (double)b.ws_bytes / best_of(probe_fn, j, min_sec) * 1e-9;
+	if (read_gbs) {
+		memset(b.ws, 1, b.ws_bytes);
+		*read_gbs = (double)b.ws_bytes / best_of(probe_fn, j, min_sec) * 1e-9;
+	}
 	for (int kind = 0; kind < 3; kind++)
 		peak_gops_out[kind] = peak_gops(j, kind, min_sec / 4, &sec);
 	free(b.ws);

@@ -70,9 +70,9 @@ typedef struct ds_kbench_opts {
 double ds_kbench_clock_ghz(void);
 
 /* For benchmarks of something else run in the same process (ds-bench
- * -m): the read probe's GB/s over ws_bytes (0: 512 MiB) and the
- * dot-product peaks' GOP/s (int8, bf16, fp32) on pool's threads, each the
- * best over min_sec (0: 0.25 s). */
+ * -m): the read probe's GB/s over ws_bytes (0: 512 MiB; read_gbs NULL:
+ * no probe, no buffer) and the dot-product peaks' GOP/s (int8, bf16,
+ * fp32) on pool's threads, each the best over min_sec (0: 0.25 s). */
 struct ds_pool;
 int ds_kbench_probe(struct ds_pool *pool, size_t ws_bytes, double min_sec,
 		    double *read_gbs, double peak_gops[3], ds_err *err);
