@@ -5,11 +5,37 @@
  *   row_max(s, n, m)                 the largest of s[0..n-1] and m
  *   exp_sub_sum(s, n, m)             s[i] = e^(s[i] - m), returns the sum
  *   scale_row(o, n, c)               o[i] *= c
+ * (and <immintrin.h>'s _mm_prefetch).
  *
  * The keys pass in chunks of DS_ATTN_CHUNK with a running maximum mx and
  * sum l per head, so each key and value row is read and converted once
  * for all g heads.  scalar.c's two-pass version is the reference.
  */
+
+/* The cache rows of keys j0 .. j0+n-1 (K, and V where it is not the
+ * same rows) requested ahead of use: decode reads them cold (the weights
+ * streamed since have evicted them), one row per ld bytes, which the
+ * hardware prefetchers do not follow. */
+static void attn_fetch(const ds_attn_job *a, size_t j0, size_t n)
+{
+	size_t kb = ds_kv_row_bytes(a->k.type, a->k.dim), vb = ds_kv_row_bytes(a->v.type, a->v.dim);
+	size_t j, b;
+
+	n = j0 < a->n ? (a->n - j0 < n ? a->n - j0 : n) : 0;
+	for (j = j0; j < j0 + n; j++) {
+		const char *k = (const char *)a->k.data + j * a->k.ld;
+		const char *v = (const char *)a->v.data + j * a->v.ld;
+
+		for (b = 0; b < kb; b += 64)
+			_mm_prefetch(k + b, _MM_HINT_T0);
+		_mm_prefetch(k + kb - 1, _MM_HINT_T0);
+		if (v == k)
+			continue;
+		for (b = 0; b < vb; b += 64)
+			_mm_prefetch(v + b, _MM_HINT_T0);
+		_mm_prefetch(v + vb - 1, _MM_HINT_T0);
+	}
+}
 
 /* mx, l and the heads' outputs before the first chunk. */
 static void attn_begin(const ds_attn_job *a, float *mx, float *l)

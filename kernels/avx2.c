@@ -694,8 +694,10 @@ AI void attn_t(const ds_attn_job *a, float *scratch, enum ds_kvtype KT, enum ds_
 	size_t h, j0, nj;
 
 	attn_begin(a, mx, l);
+	attn_fetch(a, 0, 2 * C);
 	for (j0 = 0; j0 < a->n; j0 += C) {
 		nj = a->n - j0 < C ? a->n - j0 : C;
+		attn_fetch(a, j0 + 2 * C, C);   /* two chunks ahead */
 		for (h = 0; h < g; h += 8)
 			attn_scores8(a, h, g - h < 8 ? g - h : 8, j0, nj, sc, KT);
 		attn_weights(a, sc, mx, l, nj);

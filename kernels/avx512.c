@@ -1093,8 +1093,10 @@ AI void attn_t(const ds_attn_job *a, float *scratch, enum ds_kvtype KT, enum ds_
 	size_t h, j0, nj;
 
 	attn_begin(a, mx, l);
+	attn_fetch(a, 0, 2 * C);
 	for (j0 = 0; j0 < a->n; j0 += C) {
 		nj = a->n - j0 < C ? a->n - j0 : C;
+		attn_fetch(a, j0 + 2 * C, C);   /* two chunks ahead */
 		for (h = 0; h < g; h += 4) {
 			size_t nh = g - h < 4 ? g - h : 4;
 

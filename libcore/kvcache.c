@@ -129,12 +129,13 @@ void ds_kvcache_layer(const ds_kvcache *kv, uint32_t slot, uint32_t layer,
 	base = kv->data + slot * kv->slot_bytes + layer * kv->slot_layer_bytes;
 	k->type = v->type = kv->type;
 	k->data = base;
-	k->ld = v->ld = kv->pos_bytes;
-	k->head_stride = kv->k_row;
+	k->ld = kv->k_row;
+	k->head_stride = kv->n_ctx * kv->k_row;
 	k->dim = kv->k_dim;
 	/* MLA: V is the latent, the first v_dim values of the K row */
-	v->data = kv->mla ? base : base + kv->n_kv_head * kv->k_row;
-	v->head_stride = kv->mla ? kv->k_row : kv->v_row;
+	v->data = kv->mla ? base : base + kv->n_kv_head * k->head_stride;
+	v->ld = kv->mla ? kv->k_row : kv->v_row;
+	v->head_stride = kv->mla ? k->head_stride : kv->n_ctx * kv->v_row;
 	v->dim = kv->v_dim;
 }
 

@@ -44,7 +44,10 @@ typedef struct ds_kvcache {
 	size_t slot_layer_bytes; /* n_ctx * pos_bytes */
 	size_t slot_bytes;       /* n_layer * slot_layer_bytes, rounded up to
 				    a page */
-	uint8_t *data;           /* [n_slot][n_layer][n_ctx][pos_bytes] */
+	uint8_t *data;           /* [n_slot][n_layer] of n_ctx * pos_bytes:
+				    K [n_kv_head][n_ctx][k_row], then V
+				    [n_kv_head][n_ctx][v_row] (MLA: one
+				    [n_ctx][k_row]) */
 	size_t bytes;
 	uint32_t *len;           /* [n_slot] positions held */
 } ds_kvcache;
@@ -64,7 +67,9 @@ int ds_kvcache_init(ds_kvcache *kv, const ds_hparams *hp, uint32_t n_slot,
 void ds_kvcache_free(ds_kvcache *kv);
 
 /* One layer of one slot, as the ops' views (ops.h ds_kv): K rows and V
- * rows of head h at position p are at data + p * ld + h * head_stride. */
+ * rows of head h at position p are at data + p * ld + h * head_stride.
+ * A head's rows are contiguous (ld is one row), so decode's attention
+ * reads each head's keys and values as two forward streams. */
 void ds_kvcache_layer(const ds_kvcache *kv, uint32_t slot, uint32_t layer,
 		      ds_kv *k, ds_kv *v);
 

@@ -218,40 +218,69 @@ static void attn_unit(const struct attn_job *j, size_t u, float *scratch)
 	j->c->kern->attn(&w, scratch);
 }
 
-/* ds_attention_rows' first phase, units (token, head) of the query heads
- * then the key heads: RoPE, and for a key head its key and value rows
- * into the cache. */
-static void attn_rows(const struct attn_job *j, int ith, int nth)
+/* One row unit of token t: query head h < nh roped, or key head h - nh
+ * roped and its key and value rows written to the cache (cs: the RoPE
+ * table of the token's position). */
+static void row_unit(const struct attn_job *j, size_t t, size_t h, const float *cs)
 {
 	const ds_attn *a = j->a;
 	const ds_attn_rows *in = j->in;
 	const ds_kernels *K = j->c->kern;
-	size_t nh = a->n_head, nkv = a->n_kv_head, ld = in->ld ? in->ld : nkv * in->hs;
-	size_t b, e, u, row = SIZE_MAX;
+	size_t nh = a->n_head, ld = in->ld ? in->ld : a->n_kv_head * in->hs, p = a->pos0 + t;
+	float *kr;
+
+	if (h < nh) {
+		if (in->rope)
+			K->rope(in->q + t * a->q_ld + h * a->q_hs, 1, a->q_hs, in->rope->dim, cs,
+				in->rope->style);
+		return;
+	}
+	h -= nh;
+	kr = in->k + t * ld + h * in->hs;
+	if (in->rope)
+		K->rope(kr, 1, in->hs, in->rope->dim, cs, in->rope->style);
+	K->kv_store(a->k.type, kr, a->k.dim, a->k.data + p * a->k.ld + h * a->k.head_stride);
+	K->kv_store(a->v.type, in->v + t * ld + h * in->hs, a->v.dim,
+		    a->v.data + p * a->v.ld + h * a->v.head_stride);
+}
+
+/* ds_attention_rows' first phase: units (token, head) of the query heads
+ * then the key heads, split over the threads. */
+static void attn_rows(const struct attn_job *j, int ith, int nth)
+{
+	size_t nh = j->a->n_head, nkv = j->a->n_kv_head, b, e, u, row = SIZE_MAX;
 	float *cs = ops_thr(j->c, ith);
 
 	ds_split(j->t * (nh + nkv), ith, nth, &b, &e);
 	for (u = b; u < e; u++) {
-		size_t t = u / (nh + nkv), h = u % (nh + nkv), p = a->pos0 + t;
-		float *kr;
+		size_t t = u / (nh + nkv);
 
-		if (in->rope && t != row)
-			ds_rope_table(in->rope, (double)p, cs);
+		if (j->in->rope && t != row)
+			ds_rope_table(j->in->rope, (double)(j->a->pos0 + t), cs);
 		row = t;
-		if (h < nh) {
-			if (in->rope)
-				K->rope(in->q + t * a->q_ld + h * a->q_hs, 1, a->q_hs,
-					in->rope->dim, cs, in->rope->style);
-			continue;
-		}
-		h -= nh;
-		kr = in->k + t * ld + h * in->hs;
-		if (in->rope)
-			K->rope(kr, 1, in->hs, in->rope->dim, cs, in->rope->style);
-		K->kv_store(a->k.type, kr, a->k.dim, a->k.data + p * a->k.ld + h * a->k.head_stride);
-		K->kv_store(a->v.type, in->v + t * ld + h * in->hs, a->v.dim,
-			    a->v.data + p * a->v.ld + h * a->v.head_stride);
+		row_unit(j, t, u % (nh + nkv), cs);
 	}
+}
+
+/* Decode with whole KV heads per unit: each thread ropes and caches the
+ * rows of the KV heads it attends with (its query heads and the key
+ * head), then attends; no thread waits for another. */
+static void attn_own(const struct attn_job *j, int ith, int nth)
+{
+	size_t nkv = j->a->n_kv_head, kvh, h;
+	float *cs = ops_thr(j->c, ith);
+
+	if ((size_t)ith >= nkv)
+		return;
+	if (j->in->rope)
+		ds_rope_table(j->in->rope, (double)j->a->pos0, cs);
+	for (kvh = (size_t)ith; kvh < nkv; kvh += (size_t)nth) {
+		for (h = kvh * j->g; h < (kvh + 1) * j->g; h++)
+			row_unit(j, 0, h, cs);
+		row_unit(j, 0, j->a->n_head + kvh, cs);
+	}
+	for (kvh = (size_t)ith; kvh < nkv; kvh += (size_t)nth)
+		attn_unit(j, kvh, cs);
 }
 
 static void attn_fn(void *arg, int ith, int nth)
@@ -260,6 +289,10 @@ static void attn_fn(void *arg, int ith, int nth)
 	size_t units = j->t * j->a->n_kv_head * j->sub, u;
 	float *scratch = ops_thr(j->c, ith);
 
+	if (j->in && j->t == 1 && j->sub == 1) {
+		attn_own(j, ith, nth);
+		return;
+	}
 	if (j->in) {
 		attn_rows(j, ith, nth);
 		ds_pool_barrier(j->c->pool);

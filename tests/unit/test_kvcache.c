@@ -94,9 +94,11 @@ static void test_views(void)
 	hp.n_layer = 2;
 	T_CHECK(ds_kvcache_init(&kv, &hp, 1, 8, DS_KV_Q8, &err) == 0);
 	ds_kvcache_layer(&kv, 0, 1, &k, &v);
-	/* K rows of the 8 heads, then their V rows, per position */
-	T_CHECK(k.head_stride == 4 * 36 && v.head_stride == 4 * 36);
-	T_CHECK(v.data == k.data + 8 * 4 * 36 && k.ld == 2 * 8 * 4 * 36);
+	/* each head's K rows one after another, then each head's V rows */
+	T_CHECK(k.ld == 4 * 36 && v.ld == 4 * 36);
+	T_CHECK(k.head_stride == 8 * 4 * 36 && v.head_stride == 8 * 4 * 36);
+	T_CHECK(v.data == k.data + 8 * 8 * 4 * 36);
+	T_CHECK(v.data + 7 * v.head_stride + 7 * v.ld + 4 * 36 == k.data + kv.slot_layer_bytes);
 	ds_kvcache_free(&kv);
 }
 
