@@ -240,9 +240,10 @@ AI void q_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
  * those of q_tile, so a row's result does not depend on the path. */
 
 /* Bytes prefetched ahead in each of the streams.  With both cores
- * streaming, 1536 beat 1024 by 3-10% for q4g128 and q8g32 and by up to
- * 8% for q4g32 (variants alternating in one process, 2 threads, shapes
- * 2560x2048 to 4096x4096); 1792 and more were no better, 3072 worse. */
+ * streaming, 1536 beat 1024 by 3-8% for q4g32 and q4g128 and made no
+ * difference for q8g32 (variants alternating in one process, 2 threads,
+ * shapes 2560x2048 to 4096x4096); 1792 and more were no better, 3072
+ * worse, a second prefetch further ahead or one per 128 bytes worse. */
 #define PF_VEC 1536
 
 typedef struct { char b[4]; } b4;
