@@ -97,8 +97,8 @@ int ds_kvcache_init(ds_kvcache *kv, const ds_hparams *hp, uint32_t n_slot,
 	kv->v_row = ds_kv_row_bytes(t, kv->v_dim);
 	kv->slot_layer_bytes = kv->pos_bytes * n_ctx;
 	kv->slot_bytes = ds_round_up(kv->slot_layer_bytes * kv->n_layer, 4096);
-	/* anonymous and untouched: a slot costs memory only as it fills, in
-	 * 2 MiB pages where the kernel has them (a new position's row is
+	/* anonymous and untouched: a slot costs memory only as its rows are
+	 * written, in 2 MiB pages where the kernel has them (a new row is
 	 * then seldom a page fault) */
 	p = ds_map_anon_huge(kv->bytes);
 	if (p == NULL)

@@ -15,7 +15,9 @@
  *
  * Values are stored as f16 by default, or f32, bf16, q8 (blocks of 32
  * values with one scale: kernels.h ds_kvtype).  The memory is one anonymous
- * mapping: pages are backed only once positions are written.
+ * mapping: pages are backed only once rows are written in them (with
+ * each head's rows together, a layer's pages are all backed early when
+ * n_ctx rows of a head span less than a page).
  *
  * A slot's length is the number of positions 0 .. len-1 it holds; the
  * forward pass extends it, ds_kvcache_seq_keep cuts it.  One thread at a
