@@ -14,8 +14,9 @@
 
 /* The cache rows of keys j0 .. j0+n-1 (K, and V where it is not the
  * same rows) requested ahead of use: decode reads them cold (the weights
- * streamed since have evicted them), one row per ld bytes, which the
- * hardware prefetchers do not follow. */
+ * streamed since have evicted them), and asked for two chunks ahead they
+ * arrive while the current chunk is computed.  Row by row, as a view's
+ * rows need not be contiguous (MLA's V is the head of each K row). */
 static void attn_fetch(const ds_attn_job *a, size_t j0, size_t n)
 {
 	size_t kb = ds_kv_row_bytes(a->k.type, a->k.dim), vb = ds_kv_row_bytes(a->v.type, a->v.dim);

@@ -265,6 +265,7 @@ static int threads_open(mb *b, int threads, ds_err *err)
 {
 	ds_pool_opts po = { threads, b->o->cpus, 0 };
 	ds_fwd_opts fo = { b->ubatch };
+	int probe;
 
 	if (ds_pool_init(&b->pool, &po, err) ||
 	    ds_fwd_init(&b->f, b->m, b->pool, &fo, err) ||
@@ -272,8 +273,9 @@ static int threads_open(mb *b, int threads, ds_err *err)
 		return -1;
 	/* rows with decode probe the model's weights (tg_test); the 512 MiB
 	 * buffer is read only for rows without */
-	say(b, "%d threads: %speaks", threads, no_decode(b->o) ? "read probe and " : "");
-	if (ds_kbench_probe(b->pool, 0, 0, no_decode(b->o) ? &b->probe_gbs : NULL, b->peak, err))
+	probe = no_decode(b->o);
+	say(b, "%d threads: %speaks", threads, probe ? "read probe and " : "");
+	if (ds_kbench_probe(b->pool, 0, 0, probe ? &b->probe_gbs : NULL, b->peak, err))
 		return -1;
 	reset_peak_rss();
 	return 0;
