@@ -326,6 +326,7 @@ int ds_fwd_init(ds_fwd **out, const ds_model *m, ds_pool *pool,
 	f->hp = &m->hp;
 	f->pool = pool;
 	f->max_batch = opts && opts->max_batch ? opts->max_batch : DEFAULT_BATCH;
+	f->rope_pos = -1;
 	if (bind_all(f, err) || ds_fwd_rope_init(f->hp, &f->rope, &scale, err))
 		goto fail;
 	f->attn_scale = (float)scale;
@@ -450,7 +451,7 @@ static void head(ds_fwd *f)
 {
 	size_t i, H = f->hp->n_embd;
 	ds_in in = { f->xo, 0, f->n_out, f->out_norm, (float)f->hp->norm_eps };
-	ds_mm_out o = { &f->output, f->logits, 0 };
+	ds_mm_out o = { &f->output, f->logits, 0, NULL, 0 };
 
 	if (f->n_out == 0)
 		return;

@@ -35,8 +35,9 @@
  *	ds_kv_write(c, &kc, k, 0, head_dim, n_kv, T, pos0);  (and v)
  *	ds_attention(c, &att, T);                 (att.q = q, att.o = o)
  *	ds_matmul(c, &L->wo, o, T, tmp);  ds_add(c, x, tmp, T * n_embd, x);
+ *	(or the add in the product: ds_mm_out { &L->wo, tmp, 0, x, 0 })
  *	ds_in f = { x, 0, T, L->ffn_norm, eps };
- *	ds_ffn(c, &L->w1, &L->w3, &L->w2, &f, tmp, 0);  ds_add(c, x, tmp, ..., x);
+ *	ds_ffn(c, &L->w1, &L->w3, &L->w2, &f, tmp, 0, x);   (x += the FFN)
  */
 #ifndef DS_OPS_H
 #define DS_OPS_H
@@ -146,11 +147,15 @@ typedef struct ds_in {
 } ds_in;
 
 /* One output of ds_matmul_many: y [T][ldy] (ldy 0: w->n), n columns
- * written. */
+ * written; res, where not NULL, [T][ldr] (ldr 0: w->n) gets y added as
+ * each part of it is computed (a residual connection, by the thread that
+ * computed the part: no separate pass over y). */
 typedef struct ds_mm_out {
 	const ds_mat *w;
 	float *y;
 	size_t ldy;
+	float *res;
+	size_t ldr;
 } ds_mm_out;
 
 /* y [T][n] = x [T][k] W^T, dense rows. */
@@ -176,9 +181,10 @@ void ds_matmul_heads(ds_ctx *c, const ds_mat *w, size_t nh, const float *x,
 void ds_ffn_gate_up(ds_ctx *c, const ds_mat *gate, const ds_mat *up,
 		    const ds_in *in, float *h, size_t ldh);
 /* y [T][ldy] = (silu(x W_gate^T) * (x W_up^T)) W_down^T (the hidden layer
- * in the context, n_ff <= cfg.max_ff); ldy 0: n_embd. */
+ * in the context, n_ff <= cfg.max_ff); ldy 0: n_embd.  res, where not
+ * NULL, [T][ldy] += y (as ds_mm_out's res; it may be in's x). */
 void ds_ffn(ds_ctx *c, const ds_mat *gate, const ds_mat *up,
-	    const ds_mat *down, const ds_in *in, float *y, size_t ldy);
+	    const ds_mat *down, const ds_in *in, float *y, size_t ldy, float *res);
 
 /* Routed experts: y[t] += sum_j w[t][j] * FFN_e(x[t]), e = ids[t][j], for
  * j < n_used, with FFN_e the SwiGLU FFN of expert e of the 3-D tensors
@@ -287,6 +293,8 @@ typedef struct ds_attn_rows {
 	float *k;
 	const float *v;
 	size_t ld, hs;
+	const float *cs;    /* one row (decode): rope's table at its position
+			       (ds_rope_table), or NULL to compute it */
 } ds_attn_rows;
 
 void ds_attention_rows(ds_ctx *c, const ds_attn *a, const ds_attn_rows *in,

@@ -12,8 +12,7 @@ static void ffn_dense(ds_fwd *f, const ds_layer *L, size_t T)
 {
 	ds_in in = { f->x, 0, T, L->ffn_norm, (float)f->hp->norm_eps };
 
-	ds_ffn(&f->ctx, &L->ffn_gate, &L->ffn_up, &L->ffn_down, &in, f->h, 0);
-	ds_add(&f->ctx, f->x, f->h, T * f->hp->n_embd, f->x);
+	ds_ffn(&f->ctx, &L->ffn_gate, &L->ffn_up, &L->ffn_down, &in, f->h, 0, f->x);
 }
 
 /* x += sum_(e in topk) w_e FFN_e(h) + FFN_shared(h)
@@ -31,7 +30,7 @@ static void ffn_moe(ds_fwd *f, const ds_layer *L, size_t T)
 	r.bias = L->exp_bias;
 	ds_route(&f->ctx, &r, f->rl, T, f->eids, f->ew);
 	if (L->shexp)
-		ds_ffn(&f->ctx, &L->gate_sh, &L->up_sh, &L->down_sh, &in, f->y, 0);
+		ds_ffn(&f->ctx, &L->gate_sh, &L->up_sh, &L->down_sh, &in, f->y, 0, NULL);
 	else
 		memset(f->y, 0, T * H * sizeof(float));
 	ds_moe(&f->ctx, &L->gate_exps, &L->up_exps, &L->down_exps, f->h, 0, T,
@@ -49,8 +48,11 @@ void ds_blk_ffn(ds_fwd *f, const ds_layer *L, size_t T)
 
 void ds_blk_out(ds_fwd *f, const ds_mat *wo, const float *o, size_t T)
 {
-	ds_matmul(&f->ctx, wo, o, T, f->h);
-	ds_add(&f->ctx, f->x, f->h, T * f->hp->n_embd, f->x);
+	ds_in in = { o, wo->k, T, NULL, 0 };
+	ds_mm_out out = { wo, f->h, wo->n, f->x, 0 };
+
+	/* x += o W_o^T, each part added by the thread that computed it */
+	ds_matmul_many(&f->ctx, &in, &out, 1);
 }
 
 ds_attn ds_run_attn(const ds_fwd *f, ds_kvcache *kv, uint32_t layer, const ds_run *r,
@@ -99,9 +101,16 @@ void ds_blk_gqa(ds_fwd *f, ds_kvcache *kv, uint32_t layer, size_t T)
 	ds_kv kc, vc;
 
 	if (f->n_runs == 1) {
-		ds_attn_rows in = { &f->rope, f->q, f->k, f->v, nkv * hd, hd };
+		const ds_run *r = &f->runs[0];
+		ds_attn_rows in = { &f->rope, f->q, f->k, f->v, nkv * hd, hd, NULL };
 
-		gqa_run(f, kv, layer, &f->runs[0], &in);
+		if (r->n == 1) {        /* decode: the table once for all layers */
+			if (f->rope_pos != (int64_t)r->pos0)
+				ds_rope_table(&f->rope, (double)r->pos0, f->rope_cs);
+			f->rope_pos = (int64_t)r->pos0;
+			in.cs = f->rope_cs;
+		}
+		gqa_run(f, kv, layer, r, &in);
 		return;
 	}
 	ds_rope_apply(&f->ctx, &f->rope, f->q, 0, T, nh, hd, f->pos, 0);

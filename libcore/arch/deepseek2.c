@@ -25,14 +25,14 @@ static void mla_project(ds_fwd *f, const ds_layer *L, size_t T)
 	ds_in in = { f->x, 0, T, L->attn_norm, (float)hp->norm_eps };
 
 	if (hp->q_lora_rank) {
-		ds_mm_out a[2] = { { &L->wq_a, f->qa, 0 }, { &L->wkv_a, f->k, 0 } };
+		ds_mm_out a[2] = { { &L->wq_a, f->qa, 0, NULL, 0 }, { &L->wkv_a, f->k, 0, NULL, 0 } };
 		ds_in qin = { f->qa, 0, T, L->q_a_norm, DS_LORA_EPS };
-		ds_mm_out b = { &L->wq_b, f->q, 0 };
+		ds_mm_out b = { &L->wq_b, f->q, 0, NULL, 0 };
 
 		ds_matmul_many(&f->ctx, &in, a, 2);
 		ds_matmul_many(&f->ctx, &qin, &b, 1);
 	} else {
-		ds_mm_out a[2] = { { &L->wq, f->q, 0 }, { &L->wkv_a, f->k, 0 } };
+		ds_mm_out a[2] = { { &L->wq, f->q, 0, NULL, 0 }, { &L->wkv_a, f->k, 0, NULL, 0 } };
 
 		ds_matmul_many(&f->ctx, &in, a, 2);
 	}

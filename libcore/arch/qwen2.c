@@ -22,7 +22,7 @@ void ds_qwen2_layers(ds_fwd *f, ds_kvcache *kv, size_t T)
 		const ds_layer *L = &f->layers[i];
 		ds_in in = { f->x, 0, T, L->attn_norm, (float)hp->norm_eps };
 		ds_mm_out qkv[3] = {
-			{ &L->wq, f->q, 0 }, { &L->wk, f->k, 0 }, { &L->wv, f->v, 0 }
+			{ &L->wq, f->q, 0, NULL, 0 }, { &L->wk, f->k, 0, NULL, 0 }, { &L->wv, f->v, 0, NULL, 0 }
 		};
 
 		ds_matmul_many(&f->ctx, &in, qkv, 3);

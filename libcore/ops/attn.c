@@ -268,19 +268,20 @@ static void attn_rows(const struct attn_job *j, int ith, int nth)
 static void attn_own(const struct attn_job *j, int ith, int nth)
 {
 	size_t nkv = j->a->n_kv_head, kvh, h;
-	float *cs = ops_thr(j->c, ith);
+	float *scratch = ops_thr(j->c, ith);
+	const float *cs = j->in->cs ? j->in->cs : scratch;
 
 	if ((size_t)ith >= nkv)
 		return;
-	if (j->in->rope)
-		ds_rope_table(j->in->rope, (double)j->a->pos0, cs);
+	if (j->in->rope && j->in->cs == NULL)
+		ds_rope_table(j->in->rope, (double)j->a->pos0, scratch);
 	for (kvh = (size_t)ith; kvh < nkv; kvh += (size_t)nth) {
 		for (h = kvh * j->g; h < (kvh + 1) * j->g; h++)
 			row_unit(j, 0, h, cs);
 		row_unit(j, 0, j->a->n_head + kvh, cs);
 	}
 	for (kvh = (size_t)ith; kvh < nkv; kvh += (size_t)nth)
-		attn_unit(j, kvh, cs);
+		attn_unit(j, kvh, scratch);
 }
 
 static void attn_fn(void *arg, int ith, int nth)

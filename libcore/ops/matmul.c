@@ -209,6 +209,19 @@ static ds_act mm_act(const struct mm_job *j, int need, const ds_actbuf *buf,
 	return a;
 }
 
+/* res += y over output o's row-sets [lo, hi) of rows tb .. tb+nt-1. */
+static void mm_res(const struct mm_job *j, const ds_mm_out *out, size_t lo,
+		   size_t hi, size_t tb, size_t nt)
+{
+	size_t c0 = lo * DS_ROWSET, c1 = hi * DS_ROWSET < out->w->n ? hi * DS_ROWSET : out->w->n, t;
+
+	for (t = j->t0 + tb; t < j->t0 + tb + nt; t++) {
+		float *r = out->res + t * out->ldr + c0;
+
+		j->c->kern->add(r, out->y + t * out->ldy + c0, c1 - c0, r);
+	}
+}
+
 /* Row-sets [b, e) of the job's outputs (numbered across them) for the
  * activation rows tb .. tb+nt-1, prepared at rows ar .. of buf. */
 static void mm_sets(struct mm_job *j, size_t b, size_t e, size_t tb, size_t nt,
@@ -228,6 +241,8 @@ static void mm_sets(struct mm_job *j, size_t b, size_t e, size_t tb, size_t nt,
 		a = mm_act(j, need_of(out->w->type), buf, ar, tb, nt);
 		j->c->kern->mm[out->w->type.dt](out->w, &a, out->y + (j->t0 + tb) * out->ldy,
 						out->ldy, lo, hi);
+		if (out->res)
+			mm_res(j, out, lo, hi, tb, nt);
 	}
 }
 
@@ -315,6 +330,8 @@ void ds_matmul_many(ds_ctx *c, const ds_in *in0, const ds_mm_out *out0, int n)
 			outs[m] = out0[o];
 			if (outs[m].ldy == 0)
 				outs[m].ldy = outs[m].w->n;
+			if (outs[m].ldr == 0)
+				outs[m].ldr = outs[m].w->n;
 			done[o] = 1;
 			m++;
 		}
@@ -327,7 +344,7 @@ void ds_matmul_many(ds_ctx *c, const ds_in *in0, const ds_mm_out *out0, int n)
 void ds_matmul(ds_ctx *c, const ds_mat *w, const float *x, size_t t, float *y)
 {
 	ds_in in = { x, w->k, t, NULL, 0 };
-	ds_mm_out o = { w, y, w->n };
+	ds_mm_out o = { w, y, w->n, NULL, 0 };
 
 	ds_matmul_many(c, &in, &o, 1);
 }
@@ -564,7 +581,7 @@ static size_t ffn_pass(const ds_ctx *c, const ds_mat *down, size_t ld)
 }
 
 void ds_ffn(ds_ctx *c, const ds_mat *gate, const ds_mat *up,
-	    const ds_mat *down, const ds_in *in, float *y, size_t ldy)
+	    const ds_mat *down, const ds_in *in, float *y, size_t ldy, float *res)
 {
 	size_t t0, ff = gate->n, rows = ffn_pass(c, down, ff);
 
@@ -574,7 +591,8 @@ void ds_ffn(ds_ctx *c, const ds_mat *gate, const ds_mat *up,
 		size_t ld = in->ld ? in->ld : gate->k;
 		ds_in part = { in->x + t0 * ld, ld, t, in->norm, in->eps };
 		ds_in hin = { c->h, ff, t, NULL, 0 };
-		ds_mm_out o = { down, y + t0 * (ldy ? ldy : down->n), ldy ? ldy : down->n };
+		size_t ly = ldy ? ldy : down->n;
+		ds_mm_out o = { down, y + t0 * ly, ly, res ? res + t0 * ly : NULL, ly };
 
 		ds_ffn_gate_up(c, gate, up, &part, c->h, ff);
 		ds_matmul_many(c, &hin, &o, 1);

@@ -157,7 +157,7 @@ static void test_matmul(void)
 			direct_mm(ctxs[0].kern, &w.m, x, ldx, t, y0, ldy);
 			for (p = 0; p < 2; p++) {
 				ds_in in = { x, ldx, t, NULL, 0 };
-				ds_mm_out o = { &w.m, y1, ldy };
+				ds_mm_out o = { &w.m, y1, ldy, NULL, 0 };
 				int bad = 0;
 
 				for (i = 0; i < t * ldy; i++)
@@ -211,7 +211,7 @@ static void test_matmul_many(void)
 		int bad = 0;
 
 		for (o = 0; o < 4; o++)
-			outs[o] = (ds_mm_out){ &w[o].m, y[o], 0 };
+			outs[o] = (ds_mm_out){ &w[o].m, y[o], 0, NULL, 0 };
 		ds_matmul_many(&ctxs[p], &in, outs, 4);
 		for (o = 0; o < 4; o++)
 			bad += !same(y[o], ref[o], t * w[o].m.n);
@@ -288,7 +288,7 @@ static void test_ffn_chunks(void)
 		T_CHECK(ff == 8192 || ops_ffn_rows(&c, &wd.m) > t);
 		ds_ffn_gate_up(&c, &wg.m, &wu.m, &in, h, 0);
 		ds_matmul(&c, &wd.m, h, t, y0);
-		ds_ffn(&c, &wg.m, &wu.m, &wd.m, &in, y1, 0);
+		ds_ffn(&c, &wg.m, &wu.m, &wd.m, &in, y1, 0, NULL);
 		T_CHECKF(same(y0, y1, t * n), "ff %zu", ff);
 		tmat_free(&wg); tmat_free(&wu); tmat_free(&wd);
 	}
@@ -324,7 +324,7 @@ static void test_ffn(void)
 
 					ds_ffn_gate_up(&ctxs[p], &wg.m, &wu.m, &in, h1, 0);
 					T_CHECKF(same(h0, h1, t * ff), "type %d perm %d threads %d", ti, perm, p + 1);
-					ds_ffn(&ctxs[p], &wg.m, &wu.m, &wd.m, &in, y1, 0);
+					ds_ffn(&ctxs[p], &wg.m, &wu.m, &wd.m, &in, y1, 0, NULL);
 					T_CHECK(same(y0, y1, t * n));
 				}
 				tmat_free(&wg); tmat_free(&wu); tmat_free(&wd);
@@ -374,7 +374,7 @@ static void test_moe(void)
 							ds_mat ed = ds_mat_expert(&d.m, (uint64_t)ids[i * used + j]);
 							ds_in in = { x + i * k, 0, 1, NULL, 0 };
 
-							ds_ffn(&ctxs[0], &eg, &eu, &ed, &in, tmp, 0);
+							ds_ffn(&ctxs[0], &eg, &eu, &ed, &in, tmp, 0, NULL);
 							for (q = 0; q < k; q++) {
 								want[q] += w[i * used + j] * tmp[q];
 								m[q] += fabs(w[i * used + j] * tmp[q]);
@@ -615,7 +615,7 @@ static void check_attention_rows(enum ds_kvtype kt, size_t nh, size_t nkv, size_
 		ds_ctx *c = &ctxs[p];
 		ds_kv kc[2], vc[2];
 		ds_attn a[2];
-		ds_attn_rows in = { &r, q1, k1 + pos0 * kvw, v + pos0 * kvw, 0, hd };
+		ds_attn_rows in = { &r, q1, k1 + pos0 * kvw, v + pos0 * kvw, 0, hd, NULL };
 		int m;
 
 		for (m = 0; m < 2; m++) {
