@@ -236,6 +236,50 @@ static void test_matmul_many(void)
 	free(x); free(nw); free(xn);
 }
 
+/* A residual in the product (ds_mm_out.res; ds_ffn's res) is the
+ * product added to it afterwards, for one row (decode) and several, on
+ * 1 and 2 threads; y still holds the product. */
+static void test_matmul_res(void)
+{
+	static const size_t ts[2] = { 1, 7 };
+	size_t k = 96, n = 72, i, ti;
+	tmat w, g, u, d;
+	int p;
+
+	tmat_init(&w, types[0], 1, n, k, 0);
+	tmat_init(&g, types[0], 1, 64, k, 0);
+	tmat_init(&u, types[0], 1, 64, k, 0);
+	tmat_init(&d, types[0], 1, k, 64, 0);
+	for (ti = 0; ti < 2; ti++) {
+		size_t t = ts[ti];
+		float *x = rnd(t * k, 5), *base = rnd(t * n, 6), *ref = malloc(t * n * 4);
+		float *y = malloc(t * n * 4), *r = malloc(t * n * 4);
+		float *fb = rnd(t * k, 7), *fref = malloc(t * k * 4), *fy = malloc(t * k * 4);
+		float *fr = malloc(t * k * 4);
+		ds_in in = { x, 0, t, NULL, 0 };
+
+		ds_matmul(&ctxs[0], &w.m, x, t, ref);
+		ds_ffn(&ctxs[0], &g.m, &u.m, &d.m, &in, fref, 0, NULL);
+		for (p = 0; p < 2; p++) {
+			ds_mm_out o = { &w.m, y, 0, r, 0 };
+			int bad = 0;
+
+			memcpy(r, base, t * n * 4);
+			ds_matmul_many(&ctxs[p], &in, &o, 1);
+			for (i = 0; i < t * n; i++)
+				bad += r[i] != base[i] + ref[i] || y[i] != ref[i];
+			memcpy(fr, fb, t * k * 4);
+			ds_ffn(&ctxs[p], &g.m, &u.m, &d.m, &in, fy, 0, fr);
+			for (i = 0; i < t * k; i++)
+				bad += fr[i] != fb[i] + fref[i] || fy[i] != fref[i];
+			T_CHECKF(bad == 0, "t %zu, threads %d: %d values differ", t, p + 1, bad);
+		}
+		free(x); free(base); free(ref); free(y); free(r);
+		free(fb); free(fref); free(fy); free(fr);
+	}
+	tmat_free(&w); tmat_free(&g); tmat_free(&u); tmat_free(&d);
+}
+
 /* An act-order matrix computes x[perm[i]] against column i. */
 static void test_perm(void)
 {
@@ -1073,6 +1117,7 @@ int main(void)
 	T_RUN(test_steal);
 	T_RUN(test_matmul);
 	T_RUN(test_matmul_many);
+	T_RUN(test_matmul_res);
 	T_RUN(test_perm);
 	T_RUN(test_ffn);
 	T_RUN(test_ffn_chunks);
