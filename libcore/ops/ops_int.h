@@ -90,6 +90,7 @@ void ops_rows(ds_ctx *c, size_t rows, size_t work_per_row, rows_fn *fn,
 
 struct ops_steal {
 	_Alignas(64) _Atomic uint64_t fb;   /* front | back << 32 */
+	size_t n0;                          /* the share at ops_steal_init */
 };
 
 void ops_steal_init(const ds_ctx *c, size_t n);

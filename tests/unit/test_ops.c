@@ -1068,8 +1068,8 @@ static void test_steal(void)
 					 "n=%zu: thread %d took %d of the slow thread's units", j.n,
 					 !slow, j.by[!slow][slow]);
 		}
-	/* one thread: its share is everything, in claims of 7/8 of what is
-	 * left, at least min */
+	/* one thread: its share is everything, claimed 7/8 of it, then half
+	 * of what is left, at least min */
 	memset(&j, 0, sizeof j);
 	j.c = &ctxs[0];
 	j.n = 100;
@@ -1078,8 +1078,9 @@ static void test_steal(void)
 		size_t lo, hi;
 
 		T_CHECK(ops_steal_next(j.c, 0, 1, 4, &lo, &hi) && lo == 0 && hi == 88);
-		T_CHECK(ops_steal_next(j.c, 0, 1, 4, &lo, &hi) && lo == 88 && hi == 99);
-		T_CHECK(ops_steal_next(j.c, 0, 1, 4, &lo, &hi) && lo == 99 && hi == 100);
+		T_CHECK(ops_steal_next(j.c, 0, 1, 4, &lo, &hi) && lo == 88 && hi == 94);
+		T_CHECK(ops_steal_next(j.c, 0, 1, 4, &lo, &hi) && lo == 94 && hi == 98);
+		T_CHECK(ops_steal_next(j.c, 0, 1, 4, &lo, &hi) && lo == 98 && hi == 100);
 		T_CHECK(!ops_steal_next(j.c, 0, 1, 4, &lo, &hi));
 	}
 }
