@@ -326,7 +326,6 @@ int ds_fwd_init(ds_fwd **out, const ds_model *m, ds_pool *pool,
 	f->hp = &m->hp;
 	f->pool = pool;
 	f->max_batch = opts && opts->max_batch ? opts->max_batch : DEFAULT_BATCH;
-	f->rope_pos = -1;
 	if (bind_all(f, err) || ds_fwd_rope_init(f->hp, &f->rope, &scale, err))
 		goto fail;
 	f->attn_scale = (float)scale;
@@ -474,6 +473,12 @@ int ds_fwd_decode(ds_fwd *f, ds_kvcache *kv, const ds_batch *b, ds_err *err)
 	if (batch_prepare(f, kv, b, err) ||
 	    ds_embed(&f->ctx, &f->tok_embd, f->tok, b->n, f->x, 0, err))
 		return -1;
+	/* decode: rope's table once for all layers */
+	f->rope1 = NULL;
+	if (b->n == 1) {
+		ds_rope_table(&f->rope, (double)f->runs[0].pos0, f->rope_cs);
+		f->rope1 = f->rope_cs;
+	}
 	switch (f->hp->arch) {
 	case DS_ARCH_LLAMA: ds_llama_layers(f, kv, b->n); break;
 	case DS_ARCH_QWEN2: ds_qwen2_layers(f, kv, b->n); break;

@@ -78,8 +78,9 @@ struct ds_fwd {
 	ds_mat output;                   /* (n_vocab, H); tied: tok_embd */
 	ds_layer *layers;                /* [n_layer] */
 	ds_rope rope;
-	float rope_cs[2 * DS_ROPE_MAXDIM]; /* rope's table at rope_pos */
-	int64_t rope_pos;                /* -1: none yet */
+	float rope_cs[2 * DS_ROPE_MAXDIM];
+	const float *rope1;              /* a step of one token: rope's table
+					    at its position (rope_cs), else NULL */
 	float attn_scale;                /* softmax scale */
 	ds_router router;
 	void *derived;                   /* the DS_FWD_DERIVED tensors (mapped) */

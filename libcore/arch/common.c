@@ -101,16 +101,9 @@ void ds_blk_gqa(ds_fwd *f, ds_kvcache *kv, uint32_t layer, size_t T)
 	ds_kv kc, vc;
 
 	if (f->n_runs == 1) {
-		const ds_run *r = &f->runs[0];
-		ds_attn_rows in = { &f->rope, f->q, f->k, f->v, nkv * hd, hd, NULL };
+		ds_attn_rows in = { &f->rope, f->q, f->k, f->v, nkv * hd, hd, f->rope1 };
 
-		if (r->n == 1) {        /* decode: the table once for all layers */
-			if (f->rope_pos != (int64_t)r->pos0)
-				ds_rope_table(&f->rope, (double)r->pos0, f->rope_cs);
-			f->rope_pos = (int64_t)r->pos0;
-			in.cs = f->rope_cs;
-		}
-		gqa_run(f, kv, layer, r, &in);
+		gqa_run(f, kv, layer, &f->runs[0], &in);
 		return;
 	}
 	ds_rope_apply(&f->ctx, &f->rope, f->q, 0, T, nh, hd, f->pos, 0);

@@ -140,20 +140,21 @@ static void hprod_copy(const hprod *j, size_t r0, size_t r1)
 {
 	size_t r, row = SIZE_MAX, dn = j->f->hp->qk_nope_head_dim;
 	float cs[DS_ROPE_MAXDIM];
+	const float *tab = j->f->rope1 ? j->f->rope1 : cs;   /* decode: the step's */
 
 	for (r = r0; r < r1; r++) {
 		size_t h = r / j->T, t = r % j->T;
 		float *pe = j->x + t * j->ldx + h * j->hsx + dn;
 
-		if (j->rows && t != row)
+		if (j->rows && t != row && tab == cs)
 			ds_rope_table(&j->f->rope, (double)(j->rows->pos0 + t), cs);
 		row = t;
 		if (h == j->nh) {
-			mla_row(j, t, cs);
+			mla_row(j, t, tab);
 			continue;
 		}
 		if (j->rows)
-			j->f->kern->rope(pe, 1, j->cn, j->f->rope.dim, cs, j->f->rope.style);
+			j->f->kern->rope(pe, 1, j->cn, j->f->rope.dim, tab, j->f->rope.style);
 		memcpy(j->y + t * j->ldy + h * j->hsy + j->coff, pe, j->cn * sizeof(float));
 	}
 }

@@ -262,40 +262,6 @@ static void attn_rows(const struct attn_job *j, int ith, int nth)
 	}
 }
 
-/* n bytes from p requested, line by line (rw: to be written). */
-static void fetch(const void *p, size_t n, int rw)
-{
-	const char *c = p;
-	size_t i;
-
-	for (i = 0; i < n; i += 64) {
-		if (rw)
-			__builtin_prefetch(c + i, 1, 3);
-		else
-			__builtin_prefetch(c + i, 0, 3);
-	}
-}
-
-/* The rows attn_own's first loop reads (the query and key rows, written
- * by the product before, in part by the other core) and writes (the
- * cache rows, cold), all requested at once rather than head by head. */
-static void own_fetch(const struct attn_job *j, int ith, int nth)
-{
-	const ds_attn *a = j->a;
-	const ds_attn_rows *in = j->in;
-	size_t p = a->pos0, kvh;
-
-	for (kvh = (size_t)ith; kvh < a->n_kv_head; kvh += (size_t)nth) {
-		fetch(in->q + kvh * j->g * a->q_hs, j->g * a->q_hs * sizeof(float), 0);
-		fetch(in->k + kvh * in->hs, in->hs * sizeof(float), 0);
-		fetch(in->v + kvh * in->hs, in->hs * sizeof(float), 0);
-		fetch(a->k.data + p * a->k.ld + kvh * a->k.head_stride,
-		      ds_kv_row_bytes(a->k.type, a->k.dim), 1);
-		fetch(a->v.data + p * a->v.ld + kvh * a->v.head_stride,
-		      ds_kv_row_bytes(a->v.type, a->v.dim), 1);
-	}
-}
-
 /* Decode with whole KV heads per unit: each thread ropes and caches the
  * rows of the KV heads it attends with (its query heads and the key
  * head), then attends; no thread waits for another. */
@@ -307,7 +273,6 @@ static void attn_own(const struct attn_job *j, int ith, int nth)
 
 	if ((size_t)ith >= nkv)
 		return;
-	own_fetch(j, ith, nth);
 	if (j->in->rope && j->in->cs == NULL)
 		ds_rope_table(j->in->rope, (double)j->a->pos0, scratch);
 	for (kvh = (size_t)ith; kvh < nkv; kvh += (size_t)nth) {

@@ -78,10 +78,11 @@ void ops_rows(ds_ctx *c, size_t rows, size_t work_per_row, rows_fn *fn,
 /* ---- work stealing ----------------------------------------------------------
  * A job's n units (row-sets) start split as ds_split gives them, thread i
  * owning share i; its unclaimed part [front, back) is one atomic word.  A
- * thread claims from the front of its own share 7/8 of what is left (at
- * least `min` units): each claim restarts the kernel's streams, and
- * halving claims measured slower on matrices of 1-2 MB; once its share is
- * gone it takes `min` units at a time from the back of the others'.  A
+ * thread claims from the front of its own share 7/8 of it, then halves of
+ * what is left (at least `min` units): each claim restarts the kernel's
+ * streams, and halving from the start measured slower on matrices of 1-2
+ * MB; once its share is gone it takes `min` units at a time from the back
+ * of the others'.  A
  * thread slowed at the end of a product (a shared machine, a busier core)
  * then has its last row-sets done by the others.  The caller sets the
  * shares before ops_run; which thread computes a unit never changes its
