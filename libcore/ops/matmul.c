@@ -179,6 +179,7 @@ struct mm_job {
 	const ds_mm_out *out[MM_MAX];
 	size_t sets[MM_MAX + 1];    /* cumulative row-sets */
 	int n;
+	size_t smin;                /* ops_steal_min of a row-set's bytes */
 	const ds_actbuf *dst;
 };
 
@@ -260,14 +261,14 @@ static void mm_fn(void *arg, int ith, int nth)
 		if (need)
 			ops_prep_row(j->c, j->in->x + j->t0 * j->in->ld, j->k, j->kp, j->perm,
 				     j->in->norm, j->in->eps, need, &j->c->one, (size_t)ith);
-		while (ops_steal_next(j->c, ith, nth, STEAL_MIN, &b, &e))
+		while (ops_steal_next(j->c, ith, nth, j->smin, &b, &e))
 			mm_sets(j, b, e, 0, 1, &j->c->one, (size_t)ith);
 		return;
 	}
 	mm_prep(j, ith, nth);
 	ds_pool_barrier(j->c->pool);
 	if (j->t <= TB) {
-		while (ops_steal_next(j->c, ith, nth, STEAL_MIN, &b, &e))
+		while (ops_steal_next(j->c, ith, nth, j->smin, &b, &e))
 			mm_sets(j, b, e, 0, j->t, j->dst, 0);
 		return;
 	}
@@ -281,6 +282,7 @@ static void mm_group(ds_ctx *c, const ds_in *in, const ds_mm_out *outs,
 		     int n, size_t t0, size_t t)
 {
 	struct mm_job j;
+	uint64_t bytes = 0;
 	int i;
 
 	memset(&j, 0, sizeof j);
@@ -299,7 +301,9 @@ static void mm_group(ds_ctx *c, const ds_in *in, const ds_mm_out *outs,
 		j.need |= need_of(w->type);
 		j.kp = w->kp > j.kp ? w->kp : j.kp;
 		j.sets[i + 1] = j.sets[i] + (w->n + DS_ROWSET - 1) / DS_ROWSET;
+		bytes += w->e_bytes;
 	}
+	j.smin = ops_steal_min(bytes / j.sets[n]);
 	j.kp = ds_round_up(j.kp, DS_QBLOCK);
 	j.n = n;
 	j.direct_f = in->norm == NULL && j.perm == NULL;
@@ -415,7 +419,7 @@ struct ffn_job {
 	ds_ctx *c;
 	const ds_in *in;
 	const ds_mat *gate, *up;
-	size_t t0, t, kp;
+	size_t t0, t, kp, smin;     /* smin: ops_steal_min of a unit */
 	int two_pass;               /* gate and up permute differently */
 	float *h;
 	size_t ldh;
@@ -504,14 +508,14 @@ static void ffn_fn(void *arg, int ith, int nth)
 		ops_prep_row(j->c, j->in->x + j->t0 * j->in->ld, j->gate->k, j->kp,
 			     j->gate->perm, j->in->norm, j->in->eps, ng | nu, &j->c->one,
 			     (size_t)ith);
-		while (ops_steal_next(j->c, ith, nth, STEAL_MIN, &b, &e))
+		while (ops_steal_next(j->c, ith, nth, j->smin, &b, &e))
 			ffn_block(j, ith, b, e, 0, 1, 0, &j->c->one, (size_t)ith);
 		return;
 	}
 	if (ffn_steals(j)) {
 		ffn_prep(j, j->gate, ng | nu, ith, nth);
 		ds_pool_barrier(j->c->pool);
-		while (ops_steal_next(j->c, ith, nth, STEAL_MIN, &b, &e))
+		while (ops_steal_next(j->c, ith, nth, j->smin, &b, &e))
 			ffn_block(j, ith, b, e, 0, j->t, 0, j->dst, 0);
 		return;
 	}
@@ -547,6 +551,7 @@ void ds_ffn_gate_up(ds_ctx *c, const ds_mat *gate, const ds_mat *up,
 	j.up = up;
 	j.kp = ds_round_up(gate->kp > up->kp ? gate->kp : up->kp, DS_QBLOCK);
 	j.two_pass = !ops_perm_same(gate->perm, up->perm, gate->k);
+	j.smin = ops_steal_min((gate->e_bytes + up->e_bytes) / ((gate->n + DS_ROWSET - 1) / DS_ROWSET));
 	j.h = h;
 	j.ldh = ldh ? ldh : gate->n;
 	j.dst = &c->in;
