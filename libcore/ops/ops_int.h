@@ -82,13 +82,12 @@ void ops_rows(ds_ctx *c, size_t rows, size_t work_per_row, rows_fn *fn,
  * what is left (at least `min` units): each claim restarts the kernel's
  * streams, and halving from the start measured slower on matrices of 1-2
  * MB; once its share is gone it takes `min` units at a time from the back
- * of the others'.  A
- * thread slowed at the end of a product (a shared machine, a busier core)
- * then has its last row-sets done by the others.  The caller sets the
- * shares before ops_run; which thread computes a unit never changes its
- * result. */
-#define STEAL_MIN 4 /* row-sets a thread takes from another's share */
-#define STEAL_BYTES 49152
+ * of the others' (min: ops_steal_min, or STEAL_MIN).  A thread slowed at
+ * the end of a product (a shared machine, a busier core) then has its
+ * last row-sets done by the others.  The caller sets the shares before
+ * ops_run; which thread computes a unit never changes its result. */
+#define STEAL_MIN 4         /* the most units of a least claim */
+#define STEAL_BYTES 49152   /* the weight bytes of a least claim */
 
 /* The least a thread claims, for units of unit_bytes of weights each:
  * about STEAL_BYTES, at most STEAL_MIN units.  The threads' ends were
