@@ -299,25 +299,6 @@ AI void vec_blk(const uint8_t *wp, size_t rsb, const int8_t *xq, const float *d,
 	}
 }
 
-/* A segment's header lies between groups' weights, which vec_blk
- * prefetches PF_VEC ahead block by block: its lines get their own
- * prefetch, as far ahead, at the segment's first group.  Without it 3 of
- * every 19 lines of q4g32 (2 of 34 of q8g32) reached the core as demand
- * misses: q4g32 products streamed 9-16% slower, q8g32 4-7% (2 threads,
- * variants alternating in one process, shapes 2048x2048 to 32000x2048). */
-AI void seg_fetch(const uint8_t *rs, size_t rsb, size_t G, size_t g,
-		  const int is4, const int R)
-{
-	const char *p = (const char *)rs + ds_qseg_off(is4, G, g) + PF_VEC;
-	int r, l;
-
-#pragma GCC unroll 4
-	for (r = 0; r < R; r++)
-#pragma GCC unroll 4
-		for (l = 0; l < (int)ds_qseg_hdr(is4, DS_QSEG) / 64; l++)
-			_mm_prefetch(p + r * rsb + 64 * l, _MM_HINT_T0);
-}
-
 /* R row-sets from rs (q4 or q8), y their 16 R outputs; GC the group size
  * when it is a compile-time constant (0: w's). */
 AI void q_vec(const ds_mat *w, const uint8_t *rs, size_t sets, const ds_act *x,
@@ -337,7 +318,7 @@ AI void q_vec(const ds_mat *w, const uint8_t *rs, size_t sets, const ds_act *x,
 		float S = 0;
 
 		if (g % DS_QSEG == 0)
-			seg_fetch(rs, rsb, G, g, is4, R);
+			ds_qseg_fetch(rs, rsb, G, g, is4, R, PF_VEC);
 #pragma GCC unroll 4
 		for (r = 0; r < R; r++)
 			A[r] = _mm512_setzero_ps();

@@ -108,6 +108,29 @@ static inline uint64_t ds_qgrp_z(uint64_t G, uint64_t ng, uint64_t g)
 	return ds_qseg_off(1, G, g) + 32 * ds_qseg_n(ng, g) + 16 * (g % DS_QSEG);
 }
 
+/* Request R row-sets' (rsb bytes apart) lines of group g's segment
+ * header, as if it lay dist bytes ahead: a decode kernel that prefetches
+ * the weights dist ahead block by block calls this at each segment's
+ * first group, so the header lines between segments are requested too.
+ * Without it 3 of every 19 lines of q4g32 (2 of 34 of q8g32) reached the
+ * core as demand misses: q4g32 products streamed 9-16% slower, q8g32
+ * 4-7% (AVX-512, 2 threads, variants alternating in one process, shapes
+ * 2048x2048 to 32000x2048). */
+static inline __attribute__((always_inline)) void
+ds_qseg_fetch(const uint8_t *rs, size_t rsb, uint64_t G, uint64_t g, int is4,
+	      int R, size_t dist)
+{
+	const uint8_t *p = rs + ds_qseg_off(is4, G, g) + dist;
+	int r;
+	uint64_t l;
+
+#pragma GCC unroll 4
+	for (r = 0; r < R; r++)
+#pragma GCC unroll 4
+		for (l = 0; l < ds_qseg_hdr(is4, DS_QSEG); l += 64)
+			__builtin_prefetch(p + (size_t)r * rsb + l, 0, 3);
+}
+
 /* The 64-byte chunk c of the weights (the inputs 8c.. for q4, 4c.. for q8). */
 static inline uint64_t ds_qchunk(int is4, uint64_t G, uint64_t ng, uint64_t c)
 {

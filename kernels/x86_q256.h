@@ -128,22 +128,6 @@ AI void q_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
 
 #define Q_PF 1024     /* bytes prefetched ahead in each stream */
 
-/* A segment's header, between groups' weights that the blocks prefetch
- * as they go, prefetched as far ahead at the segment's first group (see
- * avx512.c's seg_fetch). */
-AI void q_seg_fetch(const uint8_t *rs, size_t rsb, size_t G, size_t g,
-		    const int is4, const int R)
-{
-	const char *p = (const char *)rs + ds_qseg_off(is4, G, g) + Q_PF;
-	int r, l;
-
-	#pragma GCC unroll 2
-	for (r = 0; r < R; r++)
-		#pragma GCC unroll 4
-		for (l = 0; l < (int)ds_qseg_hdr(is4, DS_QSEG) / 64; l++)
-			_mm_prefetch(p + r * rsb + 64 * l, _MM_HINT_T0);
-}
-
 AI void q_vec(const ds_mat *w, size_t rs0, size_t sets, const ds_act *x,
 	      float *y, const int is4, const int R)
 {
@@ -163,7 +147,7 @@ AI void q_vec(const ds_mat *w, size_t rs0, size_t sets, const ds_act *x,
 		float S = 0;
 
 		if (g % DS_QSEG == 0)
-			q_seg_fetch(rs, rsb, G, g, is4, R);
+			ds_qseg_fetch(rs, rsb, G, g, is4, R, Q_PF);
 		#pragma GCC unroll 2
 		for (r = 0; r < R; r++)
 			A[r][0] = A[r][1] = _mm256_setzero_ps();
