@@ -108,27 +108,37 @@ static inline uint64_t ds_qgrp_z(uint64_t G, uint64_t ng, uint64_t g)
 	return ds_qseg_off(1, G, g) + 32 * ds_qseg_n(ng, g) + 16 * (g % DS_QSEG);
 }
 
-/* Request R row-sets' (rsb bytes apart) lines of group g's segment
- * header, as if it lay dist bytes ahead: a decode kernel that prefetches
- * the weights dist ahead block by block calls this at each segment's
- * first group, so the header lines between segments are requested too.
- * Without it 3 of every 19 lines of q4g32 (2 of 34 of q8g32) reached the
- * core as demand misses: q4g32 products streamed 9-16% slower, q8g32
- * 4-7% (AVX-512, 2 threads, variants alternating in one process, shapes
- * 2048x2048 to 32000x2048). */
+/* Request the first `bytes` of n streams `stride` bytes apart from p, a
+ * line of each in turn.  A decode kernel that prefetches the weights a
+ * distance ahead block by block leaves out each claim's first distance of
+ * every stream and the segment headers between groups; it requests them
+ * with this (ds_qseg_fetch).  Without the headers 3 of every 19 lines of
+ * q4g32 (2 of 34 of q8g32) reached the core as demand misses: q4g32
+ * products streamed 9-16% slower, q8g32 4-7% (AVX-512, 2 threads, shapes
+ * 2048x2048 to 32000x2048); the claims' starts were worth 1.7-3.1% of
+ * TinyLlama decode.  Unrolled: as a loop in the kernels' group loop,
+ * decode measured 4-6% slower. */
 static inline __attribute__((always_inline)) void
-ds_qseg_fetch(const uint8_t *rs, size_t rsb, uint64_t G, uint64_t g, int is4,
-	      int R, size_t dist)
+ds_fetch_streams(const uint8_t *p, size_t stride, int n, uint64_t bytes)
 {
-	const uint8_t *p = rs + ds_qseg_off(is4, G, g) + dist;
-	int r;
-	uint64_t l;
+	uint64_t o;
+	int i;
 
 #pragma GCC unroll 4
-	for (r = 0; r < R; r++)
+	for (o = 0; o < bytes; o += 64)
 #pragma GCC unroll 4
-		for (l = 0; l < ds_qseg_hdr(is4, DS_QSEG); l += 64)
-			__builtin_prefetch(p + (size_t)r * rsb + l, 0, 3);
+		for (i = 0; i < n; i++)
+			__builtin_prefetch(p + (size_t)i * stride + o, 0, 3);
+}
+
+/* The segment header of group g in n row-sets rsb bytes apart, as if it
+ * lay dist bytes ahead: called at each segment's first group. */
+static inline __attribute__((always_inline)) void
+ds_qseg_fetch(const uint8_t *rs, size_t rsb, uint64_t G, uint64_t g, int is4,
+	      int n, size_t dist)
+{
+	ds_fetch_streams(rs + ds_qseg_off(is4, G, g) + dist, rsb, n,
+			 ds_qseg_hdr(is4, DS_QSEG));
 }
 
 /* The 64-byte chunk c of the weights (the inputs 8c.. for q4, 4c.. for q8). */

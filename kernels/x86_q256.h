@@ -222,13 +222,10 @@ AI void q_vec(const ds_mat *w, size_t rs0, size_t sets, const ds_act *x,
 AI void q_vecs(const ds_mat *w, const ds_act *x, float *y, size_t rs0,
 	       size_t rs1, const int is4)
 {
-	size_t half = (rs1 - rs0) / 2, rs, o;
+	size_t half = (rs1 - rs0) / 2, rs;
 
-	/* each stream's first Q_PF bytes, which no block prefetches */
-	for (o = 0; half > 0 && o < Q_PF; o += 64) {
-		_mm_prefetch((const char *)w->data + rs0 * w->rs_bytes + o, _MM_HINT_T0);
-		_mm_prefetch((const char *)w->data + (rs0 + half) * w->rs_bytes + o, _MM_HINT_T0);
-	}
+	if (half > 0)   /* the streams' first Q_PF bytes: a claim starts cold */
+		ds_fetch_streams(w->data + rs0 * w->rs_bytes, half * w->rs_bytes, 2, Q_PF);
 	for (rs = rs0; rs < rs0 + half; rs++)
 		q_vec(w, rs, half, x, y, is4, 2);
 	if (rs0 + 2 * half < rs1)

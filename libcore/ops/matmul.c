@@ -179,7 +179,7 @@ struct mm_job {
 	const ds_mm_out *out[MM_MAX];
 	size_t sets[MM_MAX + 1];    /* cumulative row-sets */
 	int n;
-	size_t smin;                /* ops_steal_min of a row-set's bytes */
+	size_t smin;                /* ops_steal_min of the outputs */
 	const ds_actbuf *dst;
 };
 
@@ -303,7 +303,7 @@ static void mm_group(ds_ctx *c, const ds_in *in, const ds_mm_out *outs,
 		j.sets[i + 1] = j.sets[i] + (w->n + DS_ROWSET - 1) / DS_ROWSET;
 		bytes += w->e_bytes;
 	}
-	j.smin = ops_steal_min(bytes / j.sets[n]);
+	j.smin = ops_steal_min(bytes, j.sets[n]);
 	j.kp = ds_round_up(j.kp, DS_QBLOCK);
 	j.n = n;
 	j.direct_f = in->norm == NULL && j.perm == NULL;
@@ -419,7 +419,7 @@ struct ffn_job {
 	ds_ctx *c;
 	const ds_in *in;
 	const ds_mat *gate, *up;
-	size_t t0, t, kp, smin;     /* smin: ops_steal_min of a unit */
+	size_t t0, t, kp, smin;     /* smin: ops_steal_min of gate and up */
 	int two_pass;               /* gate and up permute differently */
 	float *h;
 	size_t ldh;
@@ -551,7 +551,7 @@ void ds_ffn_gate_up(ds_ctx *c, const ds_mat *gate, const ds_mat *up,
 	j.up = up;
 	j.kp = ds_round_up(gate->kp > up->kp ? gate->kp : up->kp, DS_QBLOCK);
 	j.two_pass = !ops_perm_same(gate->perm, up->perm, gate->k);
-	j.smin = ops_steal_min((gate->e_bytes + up->e_bytes) / ((gate->n + DS_ROWSET - 1) / DS_ROWSET));
+	j.smin = ops_steal_min(gate->e_bytes + up->e_bytes, (gate->n + DS_ROWSET - 1) / DS_ROWSET);
 	j.h = h;
 	j.ldh = ldh ? ldh : gate->n;
 	j.dst = &c->in;

@@ -89,14 +89,15 @@ void ops_rows(ds_ctx *c, size_t rows, size_t work_per_row, rows_fn *fn,
 #define STEAL_MIN 4         /* the most units of a least claim */
 #define STEAL_BYTES 49152   /* the weight bytes of a least claim */
 
-/* The least a thread claims, for units of unit_bytes of weights each:
+/* The least a thread claims of `units` units holding `bytes` of weights:
  * about STEAL_BYTES, at most STEAL_MIN units.  The threads' ends were
  * about one last claim apart (5-9 us for TinyLlama's q4 gate/up and
  * down, whose claims of four units were 156 and 213 KB); claims of one
  * or two units there measured 1.3-5% faster decode (q8 4.6-9%). */
-static inline size_t ops_steal_min(uint64_t unit_bytes)
+static inline size_t ops_steal_min(uint64_t bytes, uint64_t units)
 {
-	uint64_t n = unit_bytes ? STEAL_BYTES / unit_bytes : STEAL_MIN;
+	uint64_t per = units ? bytes / units : 0;
+	uint64_t n = per ? STEAL_BYTES / per : STEAL_MIN;
 
 	return n < 1 ? 1 : n > STEAL_MIN ? STEAL_MIN : (size_t)n;
 }
