@@ -5,6 +5,7 @@
  */
 #include "mbench.h"
 
+#include <malloc.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -277,6 +278,9 @@ static int threads_open(mb *b, int threads, ds_err *err)
 	say(b, "%d threads: %speaks", threads, probe ? "read probe and " : "");
 	if (ds_kbench_probe(b->pool, 0, 0, probe ? &b->probe_gbs : NULL, b->peak, err))
 		return -1;
+	/* the previous thread count's buffers, freed, stay resident in the
+	 * heap until trimmed, and would count in this row's peak */
+	malloc_trim(0);
 	reset_peak_rss();
 	return 0;
 }

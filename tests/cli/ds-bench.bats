@@ -156,6 +156,24 @@ assert float(rows[0]["tg_ts"]) > 0 and rows[0]["synthetic"] == "true", rows
 '
 }
 
+@test "ds-bench: a row's peak RSS is its own, not what the previous thread count freed" {
+	# TinyLlama's shape: with 1 then 2 threads the second row's peak
+	# held the first's freed activation buffers (5.6 MiB, 0.75% of the
+	# model) until the heap was trimmed before each row
+	run --separate-stderr "$DS_BIN/ds-bench" --synthetic tinyllama-1.1b -p 512 -n 4 \
+		-t 1,2 -r 1 -o jsonl
+	[ "$status" -eq 0 ]
+	echo "$output" | /usr/bin/python3 -c '
+import json, sys
+rows = [json.loads(l) for l in sys.stdin]
+assert [r["threads"] for r in rows] == [1, 2], rows
+a, b = rows[0]["rss_peak_mib"], rows[1]["rss_peak_mib"]
+assert b <= a + 2, (a, b)
+mb = rows[0]["model_bytes"] / 2**20
+assert (b - rows[1]["kv_mib"]) / mb < 1.05, (b, mb)
+'
+}
+
 @test "ds-bench md: the model line, a pp and a tg row per combination, the peak RSS" {
 	run --separate-stderr tiny
 	[ "$status" -eq 0 ]
