@@ -15,6 +15,8 @@ conv() { "$DS_BIN/ds-convert" "$@"; }
 
 # Work in memory where there is /dev/shm: each conversion fsyncs.
 setup_file() {
+	: "${DS_BIN:=bin}"
+	export DS_BIN
 	F=$(mktemp -d /dev/shm/ds-convert-bats.XXXXXX 2>/dev/null || mktemp -d)
 	export F
 	gen --arch llama --out "$F/llama"
@@ -504,7 +506,10 @@ for k, v in sorted(h.items(), key=lambda kv: kv[1]["data_offsets"]):
 			--quantize q4 --threads 1 --quiet &
 		pid=$!
 		# stop it as soon as its temporary exists, signal, let it go on
-		until compgen -G "$O.tmp-*" >/dev/null; do :; done
+		# (a run that ended first fails at kill -STOP, it does not hang)
+		until compgen -G "$O.tmp-*" >/dev/null; do
+			kill -0 $pid 2>/dev/null || break
+		done
 		kill -STOP $pid
 		kill -$sig $pid
 		kill -CONT $pid
