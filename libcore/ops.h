@@ -99,6 +99,7 @@ typedef struct ds_ctx {
 	ds_actbuf one;      /* [threads] rows of max_k: each thread's own copy
 			       of a single input row (decode: no barrier) */
 	float *h;           /* [ops_ffn_rows][max_ff]: ds_ffn's hidden layer */
+	float *gu;          /* [2][max_ff]: one row's gate and up, fused */
 	/* MoE: assignments sorted by expert ([max_rows * moe_used]), their
 	 * input rows, hidden rows and prepared hidden rows */
 	int32_t *moe_tok, *moe_off;
@@ -177,7 +178,10 @@ void ds_matmul_heads(ds_ctx *c, const ds_mat *w, size_t nh, const float *x,
 		     size_t hsy);
 
 /* h [T][ldh] = silu(x W_gate^T) * (x W_up^T), gate and up [n_ff, k]:
- * both products of a row-set are combined in cache; ldh 0: n_ff. */
+ * both products of a row-set are combined in cache; ldh 0: n_ff.  One row
+ * (decode) with up's bytes right after gate's (n_ff a multiple of 16, one
+ * type and permutation, n_ff <= cfg.max_ff) is one product over both as
+ * a matrix of 2 n_ff rows, then the gating. */
 void ds_ffn_gate_up(ds_ctx *c, const ds_mat *gate, const ds_mat *up,
 		    const ds_in *in, float *h, size_t ldh);
 /* y [T][ldy] = (silu(x W_gate^T) * (x W_up^T)) W_down^T (the hidden layer
