@@ -421,24 +421,26 @@ struct ffn_job {
 	const ds_mat *gate, *up;
 	size_t t0, t, kp, smin;     /* smin: ops_steal_min of gate and up */
 	int two_pass;               /* gate and up permute differently */
-	int fused;                  /* one row through gu (ffn_fuse) */
+	int fused;                  /* one row through gu (ffn_adjacent) */
 	ds_mat gu;
 	float *h;
 	size_t ldh;
 	const ds_actbuf *dst;
 };
 
-/* Gate and up as one matrix of 2 n_ff rows, when up's bytes follow
- * gate's (ds-convert writes them so) and they read the same input: for
- * one activation row a claim then streams one range of row-sets, where
- * gate and up apart restart the kernel's streams twice per claim and
- * measured 4-5% slower (TinyLlama's q4, 2 threads). */
-static int ffn_fuse(const ds_mat *gate, const ds_mat *up, ds_mat *gu)
+/* Gate and up as one matrix of 2 n_ff rows *gu, when up's bytes follow
+ * gate's (ds-convert writes them so) and they read the same input the
+ * same way: 1, or 0.  For one activation row a claim then streams one
+ * range of row-sets, where gate and up apart restart the kernel's
+ * streams for each of them in the claim (4-5% slower for TinyLlama's q4
+ * gate/up, 2 threads).  The same for q, k and v measured 0.3% faster
+ * decode, too little for the copying out it needs. */
+static int ffn_adjacent(const ds_mat *gate, const ds_mat *up, ds_mat *gu)
 {
-	if (!ds_ttype_interleaved(gate->type) || gate->type.dt != up->type.dt ||
-	    gate->type.group != up->type.group || gate->n % DS_ROWSET != 0 ||
-	    gate->ne != 1 || up->ne != 1 || up->data != gate->data + gate->e_bytes ||
-	    !ops_perm_same(gate->perm, up->perm, gate->k))
+	if (!ds_ttype_interleaved(gate->type) || up->type.dt != gate->type.dt ||
+	    up->type.group != gate->type.group || up->k != gate->k || up->n != gate->n ||
+	    gate->n % DS_ROWSET != 0 || gate->ne != 1 || up->ne != 1 ||
+	    up->data != gate->data + gate->e_bytes || !ops_perm_same(up->perm, gate->perm, up->k))
 		return 0;
 	*gu = *gate;
 	gu->n = 2 * gate->n;
@@ -600,8 +602,7 @@ void ds_ffn_gate_up(ds_ctx *c, const ds_mat *gate, const ds_mat *up,
 	j.h = h;
 	j.ldh = ldh ? ldh : gate->n;
 	j.dst = &c->in;
-	if (in.t == 1 && gate->n <= c->cfg.max_ff &&
-	    ffn_fuse(gate, up, &j.gu)) {
+	if (in.t == 1 && gate->n <= c->cfg.max_ff && ffn_adjacent(gate, up, &j.gu)) {
 		j.fused = 1;
 		j.t = 1;
 		j.smin = ops_steal_min(j.gu.e_bytes, j.gu.n / DS_ROWSET);
