@@ -355,56 +355,69 @@ static void test_threads(void)
 	}
 }
 
+/* Positions of the n where one draw of token ids gives logits of the
+ * fastest kernels and of the scalar ones (sc) more than tol apart, tol
+ * the fraction frac of the logits' rms (*lrms). */
+static size_t isa_over(tm *t, const ds_kernels *sc, size_t n, double frac,
+		       double *tol, double *lrms)
+{
+	size_t V = t->m.hp.n_vocab, p, over = 0;
+	float *a = malloc(n * V * sizeof *a), *b = malloc(n * V * sizeof *b);
+	const ds_kernels *best = t->f->kern;
+	int32_t ids[64];
+
+	rand_ids(ids, n, (uint32_t)V);
+	ds_kvcache_seq_keep(&t->kv, 0, 0);
+	T_CHECK(feed(t, 0, ids, n, 8, a) == 0);
+	t->f->kern = t->f->ctx.kern = sc;
+	ds_kvcache_seq_keep(&t->kv, 0, 0);
+	T_CHECK(feed(t, 0, ids, n, 8, b) == 0);
+	t->f->kern = t->f->ctx.kern = best;
+	*lrms = rms(a, n * V);
+	*tol = frac * *lrms;
+	for (p = 0; p < n; p++)
+		over += max_diff(a + p * V, b + p * V, V) > *tol;
+	free(a);
+	free(b);
+	return over;
+}
+
 /* The scalar kernels (the definition) vs the fastest this CPU has: the
- * same int8 / bf16 products, fp32 sums in another order. */
+ * same int8 / bf16 products, fp32 sums in another order.
+ * f32 weights: fp32 sums in another order.  Others: the same, but a sum
+ * that lands on the other side of an activation's int8 / bf16 rounding
+ * boundary moves that value by a step, which the later layers carry on:
+ * up to the size of the activation rounding itself (a few percent of the
+ * logits' scale), far below where a wrong kernel lands.  The MoE models'
+ * routers can also flip a near tie between two experts at a position,
+ * which moves that position (and, through attention, a few after it) by
+ * much more: up to n/10 positions of the DeepSeek configurations may do
+ * so, in one of three draws of tokens (one draw met three such positions
+ * in 20, DeepSeek-V2 q4g32 at seed 11256517891969219833; no draw of 300
+ * random seeds did).  A wrong kernel moves every position in every draw. */
 static void test_isa(void)
 {
 	const ds_kernels *sc = ds_kernels_isa(DS_ISA_SCALAR);
-	size_t ci, ti, p, over, n = 20;
-	int32_t ids[20];
+	size_t ci, ti, over, allow, n = 20;
+	int d;
 
 	for (ci = 0; ci < 4; ci++) {
 		for (ti = 0; ti < 4; ti++) {
+			double tol, lrms;
 			tm t;
-			size_t V;
-			float *a, *b;
-			const ds_kernels *best;
-			double tol;
 
 			if (tm_open(&t, cfgs[ci], types[ti], 2, 1, 64, DS_KV_F32)) {
 				T_CHECK(0);
 				continue;
 			}
-			V = t.m.hp.n_vocab;
-			a = malloc(n * V * sizeof *a);
-			b = malloc(n * V * sizeof *b);
-			rand_ids(ids, n, (uint32_t)V);
-			T_CHECK(feed(&t, 0, ids, n, 8, a) == 0);
-			best = t.f->kern;
-			t.f->kern = t.f->ctx.kern = sc;
-			ds_kvcache_seq_keep(&t.kv, 0, 0);
-			T_CHECK(feed(&t, 0, ids, n, 8, b) == 0);
-			t.f->kern = t.f->ctx.kern = best;
-			/* f32 weights: fp32 sums in another order.  Others: the
-			 * same, but a sum that lands on the other side of an
-			 * activation's int8 / bf16 rounding boundary moves that
-			 * value by a step, which the later layers carry on: up to
-			 * the size of the activation rounding itself (a few
-			 * percent of the logits' scale), far below where a wrong
-			 * kernel lands.  The MoE models' routers can also flip a
-			 * near tie between two experts at a position, which moves
-			 * that position (and, through attention, a few after it)
-			 * by much more: up to n/10 positions of the DeepSeek
-			 * configurations may do so. */
-			tol = (ti == 3 ? 1e-5 : 0.06) * rms(a, n * V);
-			for (p = 0, over = 0; p < n; p++)
-				over += max_diff(a + p * V, b + p * V, V) > tol;
-			T_CHECKF(over <= (ci >= 2 && ti != 3 ? n / 10 : 0),
+			allow = ci >= 2 && ti != 3 ? n / 10 : 0;
+			for (d = 0; d < (allow ? 3 : 1); d++)
+				if ((over = isa_over(&t, sc, n, ti == 3 ? 1e-5 : 0.06, &tol, &lrms)) <= allow)
+					break;
+			T_CHECKF(over <= allow,
 				 "%s %s (%s vs scalar): %zu of %zu positions over %g "
 				 "(logits rms %g)", cfg_names[ci], types[ti],
-				 best->name, over, n, tol, rms(a, n * V));
-			free(a);
-			free(b);
+				 t.f->kern->name, over, n, tol, lrms);
 			tm_close(&t);
 		}
 	}
