@@ -180,8 +180,8 @@ void ds_matmul_heads(ds_ctx *c, const ds_mat *w, size_t nh, const float *x,
 /* h [T][ldh] = silu(x W_gate^T) * (x W_up^T), gate and up [n_ff, k]:
  * both products of a row-set are combined in cache; ldh 0: n_ff.  One row
  * (decode) with up's bytes right after gate's (n_ff a multiple of 16, one
- * type and permutation, n_ff <= cfg.max_ff) is one product over both as
- * a matrix of 2 n_ff rows, then the gating. */
+ * type and permutation, n_ff <= cfg.max_ff, a pool on one NUMA node) is
+ * one product over both as a matrix of 2 n_ff rows, then the gating. */
 void ds_ffn_gate_up(ds_ctx *c, const ds_mat *gate, const ds_mat *up,
 		    const ds_in *in, float *h, size_t ldh);
 /* y [T][ldy] = (silu(x W_gate^T) * (x W_up^T)) W_down^T (the hidden layer

@@ -602,7 +602,11 @@ void ds_ffn_gate_up(ds_ctx *c, const ds_mat *gate, const ds_mat *up,
 	j.h = h;
 	j.ldh = ldh ? ldh : gate->n;
 	j.dst = &c->in;
-	if (in.t == 1 && gate->n <= c->cfg.max_ff && ffn_adjacent(gate, up, &j.gu)) {
+	/* not across NUMA nodes: --numa node puts each thread's share of gate
+	 * and of up on its node, and a thread's share of both as one matrix
+	 * would be all of one of them */
+	if (in.t == 1 && gate->n <= c->cfg.max_ff && ds_pool_numa_nodes(c->pool) <= 1 &&
+	    ffn_adjacent(gate, up, &j.gu)) {
 		j.fused = 1;
 		j.t = 1;
 		j.smin = ops_steal_min(j.gu.e_bytes, j.gu.n / DS_ROWSET);
