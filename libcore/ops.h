@@ -99,7 +99,8 @@ typedef struct ds_ctx {
 	ds_actbuf one;      /* [threads] rows of max_k: each thread's own copy
 			       of a single input row (decode: no barrier) */
 	float *h;           /* [ops_ffn_rows][max_ff]: ds_ffn's hidden layer */
-	float *gu;          /* [2][max_ff]: one row's gate and up, fused */
+	float *gu;          /* [2][max_ff rounded up to 16]: one row's gate
+			       and up outputs (ds_ffn_gate_up) */
 	/* MoE: assignments sorted by expert ([max_rows * moe_used]), their
 	 * input rows, hidden rows and prepared hidden rows */
 	int32_t *moe_tok, *moe_off;
@@ -179,9 +180,9 @@ void ds_matmul_heads(ds_ctx *c, const ds_mat *w, size_t nh, const float *x,
 
 /* h [T][ldh] = silu(x W_gate^T) * (x W_up^T), gate and up [n_ff, k]:
  * both products of a row-set are combined in cache; ldh 0: n_ff.  One row
- * (decode) with up's bytes right after gate's (n_ff a multiple of 16, one
- * type and permutation, n_ff <= cfg.max_ff, a pool on one NUMA node) is
- * one product over both as a matrix of 2 n_ff rows, then the gating. */
+ * (decode; gate and up of one q4, q8 or bf16 type and permutation, n_ff <=
+ * cfg.max_ff, a pool on one NUMA node) claims gate's row-sets and up's as
+ * one range, then gates. */
 void ds_ffn_gate_up(ds_ctx *c, const ds_mat *gate, const ds_mat *up,
 		    const ds_in *in, float *h, size_t ldh);
 /* y [T][ldy] = (silu(x W_gate^T) * (x W_up^T)) W_down^T (the hidden layer

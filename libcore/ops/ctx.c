@@ -69,7 +69,7 @@ int ds_ctx_init(ds_ctx *c, ds_pool *pool, const ds_ctx_cfg *cfg, ds_err *err)
 	buf_alloc(&c->in, g->max_rows, g->max_k, types, &fail, err);
 	buf_alloc(&c->one, (size_t)ds_pool_threads(pool), g->max_k, types, &fail, err);
 	c->h = take(ops_ffn_rows(c, NULL), g->max_ff * sizeof(float), &fail, err);
-	c->gu = take(2, g->max_ff * sizeof(float), &fail, err);
+	c->gu = take(2, ds_round_up(g->max_ff, DS_ROWSET) * sizeof(float), &fail, err);
 	if (g->moe_experts) {
 		c->moe_tok = take(mrows, sizeof(int32_t), &fail, err);
 		c->moe_w = take(mrows, sizeof(float), &fail, err);

@@ -421,31 +421,27 @@ struct ffn_job {
 	const ds_mat *gate, *up;
 	size_t t0, t, kp, smin;     /* smin: ops_steal_min of gate and up */
 	int two_pass;               /* gate and up permute differently */
-	int fused;                  /* one row through gu (ffn_adjacent) */
-	ds_mat gu;
+	int fused;                  /* one row: gate's row-sets then up's as one
+				       range of 2 sets units (ffn_pair) */
+	size_t sets;
 	float *h;
 	size_t ldh;
 	const ds_actbuf *dst;
 };
 
-/* Gate and up as one matrix of 2 n_ff rows *gu, when up's bytes follow
- * gate's (ds-convert writes them so) and they read the same input the
- * same way: 1, or 0.  For one activation row a claim then streams one
- * range of row-sets, where gate and up apart restart the kernel's
- * streams for each of them in the claim (4-5% slower for TinyLlama's q4
- * gate/up, 2 threads).  The same for q, k and v measured 0.3% faster
- * decode, too little for the copying out it needs. */
-static int ffn_adjacent(const ds_mat *gate, const ds_mat *up, ds_mat *gu)
+/* 1 if gate and up can be claimed as one range of row-sets for one
+ * activation row: units 0 .. sets-1 gate's row-sets, sets .. 2 sets-1
+ * up's, so a claim (but one that crosses from gate to up) streams one
+ * matrix, where gate and up of each claim restart the kernel's streams
+ * twice (the product 4-5% slower for TinyLlama's q4 gate/up, decode 1.6%,
+ * 2 threads).  They must read the same prepared input.  The same for q,
+ * k and v measured 0.3% faster decode, too little for the copying out it
+ * needs. */
+static int ffn_pair(const ds_mat *gate, const ds_mat *up)
 {
-	if (!ds_ttype_interleaved(gate->type) || up->type.dt != gate->type.dt ||
-	    up->type.group != gate->type.group || up->k != gate->k || up->n != gate->n ||
-	    gate->n % DS_ROWSET != 0 || gate->ne != 1 || up->ne != 1 ||
-	    up->data != gate->data + gate->e_bytes || !ops_perm_same(up->perm, gate->perm, up->k))
-		return 0;
-	*gu = *gate;
-	gu->n = 2 * gate->n;
-	gu->e_bytes = 2 * gate->e_bytes;
-	return 1;
+	return ds_ttype_interleaved(gate->type) && up->type.dt == gate->type.dt &&
+	       up->type.group == gate->type.group && up->k == gate->k && up->n == gate->n &&
+	       gate->ne == 1 && up->ne == 1 && ops_perm_same(up->perm, gate->perm, up->k);
 }
 
 static void ffn_prep(struct ffn_job *j, const ds_mat *w, int need, int ith,
@@ -519,25 +515,40 @@ static int ffn_steals(const struct ffn_job *j)
 	return !j->two_pass && j->t <= ops_tb(need_of(j->gate->type) | need_of(j->up->type), j->kp);
 }
 
-/* One activation row through the fused gate and up into c->gu (claimed
- * as they go), then, once both halves are in, silu(gate) * up split over
- * the threads. */
-static void ffn_row_fused(struct ffn_job *j, int ith, int nth)
+/* Units [b, e) of the fused row (ffn_pair) into c->gu: gate's row-set u
+ * at gu + 16 u, up's at gu + 16 (sets + u). */
+static void ffn_units(struct ffn_job *j, const ds_act *a, size_t b, size_t e)
 {
 	const ds_kernels *K = j->c->kern;
+	size_t s = j->sets;
+
+	if (b < s)
+		K->mm[j->gate->type.dt](j->gate, a, j->c->gu, j->gate->n, b, e < s ? e : s);
+	if (e > s)
+		K->mm[j->up->type.dt](j->up, a, j->c->gu + s * DS_ROWSET, j->up->n,
+				      b > s ? b - s : 0, e - s);
+}
+
+/* One activation row through gate and up claimed as one range (ffn_pair),
+ * then, once both are in, silu(gate) * up split over the threads. */
+static void ffn_row_fused(struct ffn_job *j, int ith, int nth)
+{
 	int need = need_of(j->gate->type);
-	size_t b, e, n = j->gate->n;
+	size_t b, e, r0, r1;
 	ds_act a;
 
 	ops_prep_row(j->c, j->in->x + j->t0 * j->in->ld, j->gate->k, j->kp, j->gate->perm,
 		     j->in->norm, j->in->eps, need, &j->c->one, (size_t)ith);
 	a = ops_act(&j->c->one, need, (size_t)ith, 1);
 	while (ops_steal_next(j->c, ith, nth, j->smin, &b, &e))
-		K->mm[j->gu.type.dt](&j->gu, &a, j->c->gu, j->gu.n, b, e);
+		ffn_units(j, &a, b, e);
 	ds_pool_barrier(j->c->pool);
-	ds_split(n / DS_ROWSET, ith, nth, &b, &e);
-	K->silu_mul(j->c->gu + b * DS_ROWSET, j->c->gu + n + b * DS_ROWSET,
-		    (e - b) * DS_ROWSET, j->h + j->t0 * j->ldh + b * DS_ROWSET);
+	ds_split(j->sets, ith, nth, &b, &e);
+	r0 = b * DS_ROWSET;
+	r1 = e * DS_ROWSET < j->gate->n ? e * DS_ROWSET : j->gate->n;
+	if (r1 > r0)
+		j->c->kern->silu_mul(j->c->gu + r0, j->c->gu + j->sets * DS_ROWSET + r0, r1 - r0,
+				     j->h + j->t0 * j->ldh + r0);
 }
 
 static void ffn_fn(void *arg, int ith, int nth)
@@ -603,14 +614,15 @@ void ds_ffn_gate_up(ds_ctx *c, const ds_mat *gate, const ds_mat *up,
 	j.ldh = ldh ? ldh : gate->n;
 	j.dst = &c->in;
 	/* not across NUMA nodes: --numa node puts each thread's share of gate
-	 * and of up on its node, and a thread's share of both as one matrix
-	 * would be all of one of them */
+	 * and of up on its node, and a thread's share of the two claimed as
+	 * one range would be all of one of them */
 	if (in.t == 1 && gate->n <= c->cfg.max_ff && ds_pool_numa_nodes(c->pool) <= 1 &&
-	    ffn_adjacent(gate, up, &j.gu)) {
+	    ffn_pair(gate, up)) {
 		j.fused = 1;
 		j.t = 1;
-		j.smin = ops_steal_min(j.gu.e_bytes, j.gu.n / DS_ROWSET);
-		ops_steal_init(c, j.gu.n / DS_ROWSET);
+		j.sets = (gate->n + DS_ROWSET - 1) / DS_ROWSET;
+		j.smin = ops_steal_min(gate->e_bytes + up->e_bytes, 2 * j.sets);
+		ops_steal_init(c, 2 * j.sets);
 		ops_run(c, ffn_fn, &j);
 		return;
 	}
