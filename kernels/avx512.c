@@ -731,7 +731,8 @@ static void kv_store(enum ds_kvtype t, const float *x, size_t n, void *dst)
 	case DS_KV_BF16:
 		for (i = 0; i < n; i += 16) {
 			__mmask16 m = tail(n, i);
-			__m256i h = t == DS_KV_F16 ? to_f16(ldm(m, x + i)) : to_bf16(ldm(m, x + i));
+			__m512 v = ldm(m, x + i);
+			__m256i h = t == DS_KV_F16 ? to_f16(v) : to_bf16(v);
 
 			/* a masked store to a line not in the cache cost about
 			 * 1400 cycles in decode, a plain one 870 */

@@ -421,9 +421,9 @@ struct ffn_job {
 	const ds_mat *gate, *up;
 	size_t t0, t, kp, smin;     /* smin: ops_steal_min of gate and up */
 	int two_pass;               /* gate and up permute differently */
-	int fused;                  /* one row: gate's row-sets then up's as one
-				       range of 2 sets units (ffn_pair) */
-	size_t sets;
+	size_t sets;                /* not 0: one row, gate's row-sets then up's
+				       claimed as one range of 2 sets units
+				       (ffn_pair) */
 	float *h;
 	size_t ldh;
 	const ds_actbuf *dst;
@@ -557,7 +557,7 @@ static void ffn_fn(void *arg, int ith, int nth)
 	int ng = need_of(j->gate->type), nu = need_of(j->up->type), pass;
 	size_t b, e, tb, TB = ops_tb(ng | nu, j->kp);
 
-	if (j->fused) {
+	if (j->sets) {
 		ffn_row_fused(j, ith, nth);
 		return;
 	}
@@ -609,7 +609,6 @@ void ds_ffn_gate_up(ds_ctx *c, const ds_mat *gate, const ds_mat *up,
 	j.up = up;
 	j.kp = ds_round_up(gate->kp > up->kp ? gate->kp : up->kp, DS_QBLOCK);
 	j.two_pass = !ops_perm_same(gate->perm, up->perm, gate->k);
-	j.smin = ops_steal_min(gate->e_bytes + up->e_bytes, (gate->n + DS_ROWSET - 1) / DS_ROWSET);
 	j.h = h;
 	j.ldh = ldh ? ldh : gate->n;
 	j.dst = &c->in;
@@ -618,7 +617,6 @@ void ds_ffn_gate_up(ds_ctx *c, const ds_mat *gate, const ds_mat *up,
 	 * one range would be all of one of them */
 	if (in.t == 1 && gate->n <= c->cfg.max_ff && ds_pool_numa_nodes(c->pool) <= 1 &&
 	    ffn_pair(gate, up)) {
-		j.fused = 1;
 		j.t = 1;
 		j.sets = (gate->n + DS_ROWSET - 1) / DS_ROWSET;
 		j.smin = ops_steal_min(gate->e_bytes + up->e_bytes, 2 * j.sets);
@@ -626,6 +624,8 @@ void ds_ffn_gate_up(ds_ctx *c, const ds_mat *gate, const ds_mat *up,
 		ops_run(c, ffn_fn, &j);
 		return;
 	}
+	/* a unit: a row-set of gate and the same of up */
+	j.smin = ops_steal_min(gate->e_bytes + up->e_bytes, (gate->n + DS_ROWSET - 1) / DS_ROWSET);
 	for (j.t0 = 0; j.t0 < in.t; j.t0 += c->cfg.max_rows) {
 		j.t = in.t - j.t0 < c->cfg.max_rows ? in.t - j.t0 : c->cfg.max_rows;
 		if (ffn_steals(&j))
