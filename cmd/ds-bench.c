@@ -103,7 +103,7 @@ typedef struct field {
 	double v;
 } field;
 
-#define NFIELDS 34
+#define NFIELDS 35
 
 static int row_fields(const ds_mbench_row *r, field *f)
 {
@@ -140,6 +140,7 @@ static int row_fields(const ds_mbench_row *r, field *f)
 	N("ttft_ms", r->ttft_ms);
 	N("ttft_sd", r->ttft_sd);
 	N("probe_gbs", r->probe_gbs);
+	N("probe_best_gbs", r->probe_best_gbs);
 	N("decode_gbs", r->decode_gbs);
 	N("bw_ratio", r->bw_ratio);
 	S("peak_kind", r->peak_kind);

@@ -10,7 +10,9 @@
  * ISA's peak measured by a dot-product probe.
  *
  *   read probe   each thread sums its share of a buffer larger than the
- *                last-level cache with the widest vector loads
+ *                last-level cache with the widest vector loads; membw
+ *                "read" is the sustained rate (passes back to back, bytes
+ *                over their time), "best" the fastest single pass
  *   matvec       one activation row against weights streamed from memory:
  *                enough copies of the matrix to fill the same buffer size
  *                are used in turn, so no copy is in cache when it is read
@@ -70,19 +72,21 @@ typedef struct ds_kbench_opts {
 double ds_kbench_clock_ghz(void);
 
 /* For benchmarks of something else run in the same process (ds-bench
- * -m): the read probe's GB/s over ws_bytes (0: 512 MiB; read_gbs NULL:
- * no probe, no buffer) and the dot-product peaks' GOP/s (int8, bf16,
- * fp32) on pool's threads, each the best over min_sec (0: 0.25 s). */
+ * -m): the read probe's sustained GB/s over ws_bytes (0: 512 MiB;
+ * read_gbs NULL: no probe, no buffer) and the dot-product peaks' GOP/s
+ * (int8, bf16, fp32, each the best) on pool's threads, over min_sec (0:
+ * 0.25 s). */
 struct ds_pool;
 int ds_kbench_probe(struct ds_pool *pool, size_t ws_bytes, double min_sec,
 		    double *read_gbs, double peak_gops[3], ds_err *err);
 
 /* The read probe over bytes at p (64-aligned; the part that is whole
- * 256-byte lines), on pool's threads: *read_gbs, the best over min_sec
- * (0: 0.25 s) and 3 passes.  ds-bench -m reads the model's own weights
- * with it between its decode runs. */
+ * 256-byte lines), on pool's threads, passes back to back over at least
+ * min_sec (0: 0.25 s) and 3 passes: *read_gbs the sustained rate (bytes
+ * over the passes' time), *best_gbs the fastest pass's.  ds-bench -m
+ * reads the model's own weights with it between its decode runs. */
 int ds_kbench_read(struct ds_pool *pool, const void *p, size_t bytes,
-		   double min_sec, double *read_gbs);
+		   double min_sec, double *read_gbs, double *best_gbs);
 
 /* The read probe and the barrier for each thread count. */
 int ds_kbench_membw(const ds_kbench_opts *o, ds_kbench_emit *emit, void *arg,

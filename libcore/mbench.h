@@ -16,7 +16,8 @@
  *        (ds_fwd_info: all but the embedding table and the routed experts
  *        a token does not use) per second, and bw_ratio = bw / the read
  *        probe, the mean of its runs over the model's weights just
- *        before each rep, at the same threads
+ *        before each rep, at the same threads (each run the rate
+ *        sustained over 0.1 s of passes, ds_kbench_read)
  *   gops 2 * active_params * pp_ts / 1e9 (a multiply-add per weight per
  *        token; attention's own products are left out), and
  *        pp_ratio = gops / the int8 peak (q4, q8 models) or bf16 peak
@@ -66,7 +67,8 @@ typedef struct ds_mbench_row {
 	double tg_ts, tg_sd;      /* decode tokens/s */
 	double ms_per_tok, ms_sd; /* decode ms per token */
 	double ttft_ms, ttft_sd;  /* time to first token */
-	double probe_gbs;         /* read probe, same threads */
+	double probe_gbs;         /* read probe, sustained, same threads */
+	double probe_best_gbs;    /* its fastest single read (0: no decode) */
 	double decode_gbs, bw_ratio;
 	double peak_gops;         /* int8 or bf16 peak, same threads */
 	const char *peak_kind;    /* "int8" "bf16" */

@@ -77,20 +77,29 @@ for r in d["rows"]:
 '
 }
 
-@test "ds-bench --membw -o csv: the header, then one probe and two barrier rows per thread count" {
+@test "ds-bench --membw -o csv: the header, then two probe and two barrier rows per thread count" {
 	DS_ISA=scalar run "$DS_BIN/ds-bench" --membw -q -t 1,2 -o csv
 	[ "$status" -eq 0 ]
 	[ "${lines[0]}" = "op,type,n,k,t,threads,sec,gbs,gops,ratio,us,ghz" ]
-	[ "${#lines[@]}" -eq 7 ]
+	[ "${#lines[@]}" -eq 9 ]
 	[[ "${lines[1]}" == membw,read,*,1,* ]]
-	[[ "${lines[5]}" == barrier,run,*,2,* ]]
-	[[ "${lines[6]}" == barrier,sync,*,2,* ]]
+	[[ "${lines[2]}" == membw,best,*,1,* ]]
+	[[ "${lines[5]}" == membw,read,*,2,* ]]
+	[[ "${lines[7]}" == barrier,run,*,2,* ]]
+	[[ "${lines[8]}" == barrier,sync,*,2,* ]]
+	# the sustained rate is the passes' mean, the best their fastest
+	for i in 1 5; do
+		IFS=, read -r _ _ _ _ _ _ sread gread _ <<<"${lines[$i]}"
+		IFS=, read -r _ _ _ _ _ _ sbest gbest _ <<<"${lines[$((i + 1))]}"
+		awk -v a="$sread" -v b="$sbest" -v g="$gread" -v h="$gbest" \
+			'BEGIN { exit !(a >= b && g <= h && g > 0) }'
+	done
 }
 
 # ---- models: -m DIR and --synthetic ----------------------------------------------------
 
 # The fields every plumbing format has, in order (ds-bench(1)).
-FIELDS=model,synthetic,arch,type,n_layer,model_bytes,active_bytes,params,active_params,isa,hugepages,load_s,threads,n_prompt,n_gen,n_ctx,reps,pp_ts,pp_sd,tg_ts,tg_sd,ms_per_tok,ms_per_tok_sd,ttft_ms,ttft_sd,probe_gbs,decode_gbs,bw_ratio,peak_kind,peak_gops,pp_gops,pp_ratio,rss_peak_mib,kv_mib
+FIELDS=model,synthetic,arch,type,n_layer,model_bytes,active_bytes,params,active_params,isa,hugepages,load_s,threads,n_prompt,n_gen,n_ctx,reps,pp_ts,pp_sd,tg_ts,tg_sd,ms_per_tok,ms_per_tok_sd,ttft_ms,ttft_sd,probe_gbs,probe_best_gbs,decode_gbs,bw_ratio,peak_kind,peak_gops,pp_gops,pp_ratio,rss_peak_mib,kv_mib
 
 # A tiny run: 2 rows (p 8,16 x n 4, one thread), 2 repetitions.
 tiny() {
@@ -130,6 +139,8 @@ for r, p in zip(rows, (8, 16)):
     assert abs(r["ms_per_tok"] * r["tg_ts"] - 1000) < 1000 * 0.5, r
     assert abs(r["decode_gbs"] - r["active_bytes"] * r["tg_ts"] / 1e9) < 1e-3 * r["decode_gbs"] + 1e-9, r
     assert abs(r["bw_ratio"] - r["decode_gbs"] / r["probe_gbs"]) < 1e-3, r
+    # the ruler is the sustained rate of the passes, beside it the fastest pass
+    assert r["probe_best_gbs"] >= r["probe_gbs"] * (1 - 1e-9), r
     assert r["peak_kind"] == "int8", r
 ' "$FIELDS"
 }
