@@ -130,6 +130,7 @@ demo: all
 	@scripts/demo.sh $(BIN) $(if $(CHAT),--chat)
 
 bench: all
+	@scripts/deps.sh --bench
 	@scripts/bench.sh $(BIN)
 
 install: all

@@ -1,8 +1,9 @@
 #!/bin/sh
 # Install the Debian packages ds needs to build and test, only those missing.
-# Usage: scripts/deps.sh [--ref|--fuzz]   (--ref adds what the PyTorch/
-# SentencePiece reference generators under scripts/ref/ need; the tests never
-# need them.  --fuzz adds clang with libFuzzer and OpenMP for `make fuzz`).
+# Usage: scripts/deps.sh [--ref|--fuzz|--bench]   (--ref adds what the
+# PyTorch/SentencePiece reference generators under scripts/ref/ need; the
+# tests never need them.  --fuzz adds clang with libFuzzer and OpenMP for
+# `make fuzz`; --bench SentencePiece, which `make bench` times ds-tok against).
 set -eu
 
 pkgs="gcc make libc6-dev pkg-config zlib1g-dev libarchive-dev libjansson-dev
@@ -14,6 +15,7 @@ curl python3 python3-numpy zstd time nginx python3-prometheus-client"
 [ "${1:-}" = "--ref" ] && pkgs="$pkgs r-cran-janeaustenr python3-matplotlib libopenblas0-pthread"
 # make fuzz: libFuzzer ships in clang's runtime package; -fopenmp needs libomp
 [ "${1:-}" = "--fuzz" ] && pkgs="$pkgs clang libclang-rt-14-dev libomp-dev"
+[ "${1:-}" = "--bench" ] && pkgs="$pkgs python3-sentencepiece"
 
 missing=""
 for p in $pkgs; do
