@@ -37,9 +37,8 @@ static double now(void)
 
 /* Calls of fn back to back over at least min_sec (wall clock) and 3
  * calls: the mean time of a call, and in *best the shortest.  The mean
- * is what a stream sustains: a machine that regulates bandwidth in
- * windows of milliseconds lets single reads of a few milliseconds run
- * far above and below it. */
+ * is what a stream sustains; single passes of a few milliseconds vary by
+ * 10-20% on a shared machine, and the shortest is the luckiest. */
 static double mean_of(bench_fn *fn, void *arg, double min_sec, double *best)
 {
 	double t0 = ds_now_s(), sum = 0;
@@ -59,7 +58,7 @@ static double mean_of(bench_fn *fn, void *arg, double min_sec, double *best)
 
 /* mean_of after one call untimed: the first pass over memory another
  * job used last can take several times as long as the next (seen: 40
- * ms, then 9). */
+ * ms, then 9; a first read of a fresh buffer, half the rate). */
 static double sustained_of(bench_fn *fn, void *arg, double min_sec, double *best)
 {
 	fn(arg);
