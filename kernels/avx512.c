@@ -374,8 +374,9 @@ AI void vec_call(const ds_mat *w, size_t rs, size_t sets, const ds_act *x,
  * range in quarters, each walked in address order (a stream continues
  * where the hardware prefetcher already is), then the last 0-3 row-sets
  * two or one at a time.  Four adjacent row-sets at a time instead (four
- * streams one row-set apart) made TinyLlama q4 decode 10-17% slower
- * (four alternations); without the per-block prefetches, 35-45% slower. */
+ * streams one row-set apart) made TinyLlama q4 decode 12-17% slower
+ * (four alternations); without the per-block prefetches, 26-37% slower
+ * (three). */
 AI void vecs(const ds_mat *w, const ds_act *x, float *y, size_t rs0,
 	     size_t rs1, const int kind)
 {
