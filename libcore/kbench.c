@@ -152,8 +152,8 @@ static void row(bench *b, ds_kbench_row *r)
 
 /* One pass of the read probe over bytes at p (a multiple of 256): the
  * threads claim READ_CHUNK-byte pieces in turn, as decode claims
- * row-sets, so that a thread another process holds up leaves its part
- * to the others there as it does in decode. */
+ * row-sets, so that a thread held up by another process leaves its part
+ * to the others, as in decode. */
 #define READ_CHUNK ((size_t)1 << 20)
 
 static uint64_t read_claims(const ds_kernels *k, const uint8_t *p, size_t bytes,

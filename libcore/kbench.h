@@ -3,7 +3,9 @@
  * and `ds-bench --membw`.
  *
  * Every figure is the best of several timed repetitions (as STREAM
- * reports), by the wall clock or (cpu_time) by the caller's CPU time, and
+ * reports) but the read probe's sustained rate (membw "read", a mean
+ * over passes back to back), by the wall clock or (cpu_time) by the
+ * caller's CPU time, and
  * every ratio compares two figures measured in the same process, one
  * after the other: matrix-vector rates against a read
  * probe over the same amount of memory, matrix-matrix rates against the
