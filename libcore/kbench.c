@@ -139,7 +139,7 @@ typedef struct bench {
 	int threads;
 	uint8_t *ws;             /* working set, o->ws_bytes */
 	size_t ws_bytes;
-	double probe_gbs, peak[3];
+	double peak[3];
 } bench;
 
 static void row(bench *b, ds_kbench_row *r)
@@ -150,60 +150,70 @@ static void row(bench *b, ds_kbench_row *r)
 
 /* ---- read probe, barrier, peaks ------------------------------------------------------ */
 
-/* One pass of the read probe over bytes at p (a multiple of 256): the
+/* The read probe over bytes at p, one pass a call of region_fn: the
  * threads claim READ_CHUNK-byte pieces in turn, as decode claims
  * row-sets, so that a thread held up by another process leaves its part
  * to the others, as in decode. */
 #define READ_CHUNK ((size_t)1 << 20)
 
-static uint64_t read_claims(const ds_kernels *k, const uint8_t *p, size_t bytes,
-			    _Atomic size_t *next, _Atomic size_t *done)
+struct region_job {
+	ds_pool *pool;
+	const ds_kernels *k;
+	const uint8_t *p;
+	size_t bytes;               /* whole 256-byte lines */
+	_Atomic size_t next, done;  /* the next piece to claim; bytes read */
+	uint64_t sink[DS_POOL_MAX];
+};
+
+/* The probe over the whole 256-byte lines of bytes at p (NULL: out of
+ * memory). */
+static struct region_job *region_new(ds_pool *pool, const void *p, size_t bytes)
 {
+	struct region_job *j = calloc(1, sizeof *j);
+
+	if (j != NULL) {
+		j->pool = pool;
+		j->k = ds_kernels_get();
+		j->p = p;
+		j->bytes = bytes / 256 * 256;
+	}
+	return j;
+}
+
+static void region_share(void *arg, int ith, int nth)
+{
+	struct region_job *j = arg;
 	uint64_t sink = 0;
 	size_t c, n;
 
-	while ((c = atomic_fetch_add_explicit(next, READ_CHUNK, memory_order_relaxed)) < bytes) {
-		n = bytes - c < READ_CHUNK ? bytes - c : READ_CHUNK;
-		sink ^= k->read_probe(p + c, n);
-		atomic_fetch_add_explicit(done, n, memory_order_relaxed);
+	(void)nth;
+	while ((c = atomic_fetch_add_explicit(&j->next, READ_CHUNK, memory_order_relaxed)) <
+	       j->bytes) {
+		n = j->bytes - c < READ_CHUNK ? j->bytes - c : READ_CHUNK;
+		sink ^= j->k->read_probe(j->p + c, n);
+		atomic_fetch_add_explicit(&j->done, n, memory_order_relaxed);
 	}
-	return sink;
+	j->sink[ith] = sink;
 }
 
-/* A pass of read_claims on pool, which must read every byte once. */
-static void read_pass(ds_pool *pool, ds_job_fn *share, void *job, _Atomic size_t *next,
-		      _Atomic size_t *done, size_t bytes)
+/* One pass, which must read every byte once. */
+static void region_fn(void *arg)
 {
-	atomic_store(next, 0);
-	atomic_store(done, 0);
-	ds_pool_run(pool, share, job);
-	DS_ASSERT(atomic_load(done) == bytes);
+	struct region_job *j = arg;
+
+	atomic_store(&j->next, 0);
+	atomic_store(&j->done, 0);
+	ds_pool_run(j->pool, region_share, j);
+	DS_ASSERT(atomic_load(&j->done) == j->bytes);
 }
 
+/* The dot-product peaks' job. */
 struct probe_job {
 	bench *b;
 	const ds_kernels *k;
-	_Atomic size_t next, done;
-	uint64_t sink[DS_POOL_MAX];
 	uint64_t iters, macs[DS_POOL_MAX];
 	int kind;
 };
-
-static void probe_share(void *arg, int ith, int nth)
-{
-	struct probe_job *j = arg;
-
-	(void)nth;
-	j->sink[ith] = read_claims(j->k, j->b->ws, j->b->ws_bytes / 256 * 256, &j->next,
-				   &j->done);
-}
-
-static void probe_fn(void *arg)
-{
-	struct probe_job *j = arg;
-
-	read_pass(j->b->pool, probe_share, j, &j->next, &j->done, j->b->ws_bytes / 256 * 256);
-}
 
 static void noop_job(void *arg, int ith, int nth)
 {
@@ -308,27 +318,62 @@ static double peak_gops(struct probe_job *j, int kind, double min_sec,
 	return 2.0 * (double)macs / *sec * 1e-9;
 }
 
-static void base_rows(bench *b, int peaks)
+int ds_kbench_read(ds_pool *pool, const void *p, size_t bytes, double min_sec,
+		   double *read_gbs, double *best_gbs)
+{
+	struct region_job *j = region_new(pool, p, bytes);
+	double mean, best;
+
+	*read_gbs = *best_gbs = 0;
+	if (j == NULL)
+		return -1;
+	if (j->bytes > 0) {
+		mean = sustained_of(region_fn, j, min_sec > 0 ? min_sec : 0.25, &best);
+		*read_gbs = (double)j->bytes / mean * 1e-9;
+		*best_gbs = (double)j->bytes / best * 1e-9;
+	}
+	free(j);
+	return 0;
+}
+
+/* The read probe's rows over the working set: sustained, and fastest. */
+static int membw_rows(bench *b, ds_err *err)
+{
+	ds_kbench_row r;
+	double gbs, best;
+
+	if (ds_kbench_read(b->pool, b->ws, b->ws_bytes, b->o->min_sec, &gbs, &best) != 0)
+		return ds_errf(err, "read probe: out of memory");
+	memset(&r, 0, sizeof r);
+	r.op = "membw";
+	r.n = b->ws_bytes;
+	snprintf(r.type, sizeof r.type, "read");
+	r.gbs = gbs;
+	r.sec = (double)b->ws_bytes / gbs * 1e-9;
+	row(b, &r);
+	snprintf(r.type, sizeof r.type, "best");
+	r.gbs = best;
+	r.sec = (double)b->ws_bytes / best * 1e-9;
+	row(b, &r);
+	return 0;
+}
+
+static int base_rows(bench *b, int peaks, ds_err *err)
 {
 	static const char *const kinds[3] = { "int8", "bf16", "fp32" };
 	struct probe_job *j = calloc(1, sizeof *j);
 	ds_kbench_row r;
-	double clock = ds_kbench_clock_ghz(), best;
+	double clock = ds_kbench_clock_ghz();
 	int kind;
 
+	if (j == NULL)
+		return ds_errf(err, "benchmark: out of memory");
+	if (membw_rows(b, err) != 0) {
+		free(j);
+		return -1;
+	}
 	j->b = b;
 	j->k = ds_kernels_get();
-	memset(&r, 0, sizeof r);
-	r.op = "membw";
-	snprintf(r.type, sizeof r.type, "read");
-	r.sec = sustained_of(probe_fn, j, b->o->min_sec, &best);
-	r.gbs = b->probe_gbs = (double)b->ws_bytes / r.sec * 1e-9;
-	r.n = b->ws_bytes;
-	row(b, &r);
-	snprintf(r.type, sizeof r.type, "best");
-	r.sec = best;
-	r.gbs = (double)b->ws_bytes / best * 1e-9;
-	row(b, &r);
 	memset(&r, 0, sizeof r);
 	r.op = "barrier";
 	snprintf(r.type, sizeof r.type, "run");
@@ -354,6 +399,7 @@ static void base_rows(bench *b, int peaks)
 		row(b, &r);
 	}
 	free(j);
+	return 0;
 }
 
 int ds_kbench_probe(ds_pool *pool, size_t ws_bytes, double min_sec,
@@ -361,7 +407,7 @@ int ds_kbench_probe(ds_pool *pool, size_t ws_bytes, double min_sec,
 {
 	struct probe_job *j = calloc(1, sizeof *j);
 	bench b;
-	double sec;
+	double sec, best;
 
 	memset(&b, 0, sizeof b);
 	b.pool = pool;
@@ -377,57 +423,15 @@ int ds_kbench_probe(ds_pool *pool, size_t ws_bytes, double min_sec,
 	j->k = ds_kernels_get();
 	if (read_gbs) {
 		memset(b.ws, 1, b.ws_bytes);
-		*read_gbs = (double)b.ws_bytes / sustained_of(probe_fn, j, min_sec, &sec) * 1e-9;
+		if (ds_kbench_read(pool, b.ws, b.ws_bytes, min_sec, read_gbs, &best) != 0) {
+			free(b.ws);
+			free(j);
+			return ds_errf(err, "read probe: out of memory");
+		}
 	}
 	for (int kind = 0; kind < 3; kind++)
 		peak_gops_out[kind] = peak_gops(j, kind, min_sec / 4, &sec);
 	free(b.ws);
-	free(j);
-	return 0;
-}
-
-struct region_job {
-	ds_pool *pool;
-	const ds_kernels *k;
-	const uint8_t *p;
-	size_t lines;
-	_Atomic size_t next, done;
-	uint64_t sink[DS_POOL_MAX];
-};
-
-static void region_share(void *arg, int ith, int nth)
-{
-	struct region_job *j = arg;
-
-	(void)nth;
-	j->sink[ith] = read_claims(j->k, j->p, 256 * j->lines, &j->next, &j->done);
-}
-
-static void region_fn(void *arg)
-{
-	struct region_job *j = arg;
-
-	read_pass(j->pool, region_share, j, &j->next, &j->done, 256 * j->lines);
-}
-
-int ds_kbench_read(ds_pool *pool, const void *p, size_t bytes, double min_sec,
-		   double *read_gbs, double *best_gbs)
-{
-	struct region_job *j = calloc(1, sizeof *j);
-	double mean, best;
-
-	*read_gbs = *best_gbs = 0;
-	if (j == NULL)
-		return -1;
-	j->pool = pool;
-	j->k = ds_kernels_get();
-	j->p = p;
-	j->lines = bytes / 256;
-	if (j->lines > 0) {
-		mean = sustained_of(region_fn, j, min_sec > 0 ? min_sec : 0.25, &best);
-		*read_gbs = 256.0 * (double)j->lines / mean * 1e-9;
-		*best_gbs = 256.0 * (double)j->lines / best * 1e-9;
-	}
 	free(j);
 	return 0;
 }
@@ -535,22 +539,17 @@ static int load_copies(bench *b, struct mm_bench *j, ds_ttype t, uint64_t n,
 static int matvec_row(bench *b, struct mm_bench *j, ds_ttype t, uint64_t n,
 		      uint64_t k, ds_err *err)
 {
-	struct probe_job *pj = calloc(1, sizeof *pj);
-	size_t ws = b->ws_bytes;
+	struct region_job *rj;
 	double tp, tm, bytes;
 	ds_kbench_row r;
 
-	if (pj == NULL)
-		return ds_errf(err, "benchmark: out of memory");
-	if (load_copies(b, j, t, n, k, 1, err) != 0) {
-		free(pj);
+	if (load_copies(b, j, t, n, k, 1, err) != 0)
 		return -1;
-	}
+	rj = region_new(b->pool, b->ws, (size_t)(j->m[j->ncopies - 1].data + j->m[0].e_bytes - b->ws));
+	if (rj == NULL)
+		return ds_errf(err, "benchmark: out of memory");
 	bytes = (double)j->m[0].e_bytes;
-	pj->b = b;
-	pj->k = ds_kernels_get();
-	b->ws_bytes = (size_t)(j->m[j->ncopies - 1].data + j->m[0].e_bytes - b->ws) / 256 * 256;
-	best_of2(matvec_fn, j, probe_fn, pj, b->o->min_sec, &tm, &tp);
+	best_of2(matvec_fn, j, region_fn, rj, b->o->min_sec, &tm, &tp);
 	memset(&r, 0, sizeof r);
 	r.op = "matvec";
 	ds_ttype_name(t, r.type);
@@ -560,9 +559,8 @@ static int matvec_row(bench *b, struct mm_bench *j, ds_ttype t, uint64_t n,
 	r.sec = tm / j->ncopies;
 	r.gbs = bytes / r.sec * 1e-9;
 	r.gops = 2.0 * (double)n * (double)k / r.sec * 1e-9;
-	r.ratio = r.gbs / ((double)b->ws_bytes / tp * 1e-9);
-	b->ws_bytes = ws;
-	free(pj);
+	r.ratio = r.gbs / ((double)rj->bytes / tp * 1e-9);
+	free(rj);
 	row(b, &r);
 	return 0;
 }
@@ -725,7 +723,7 @@ static int run(const ds_kbench_opts *o0, ds_kbench_emit *emit, void *arg,
 			break;
 		}
 		use_cpu = o->cpu_time;
-		base_rows(&b, kernels);
+		rc = base_rows(&b, kernels, err);
 		for (ti = 0; kernels && rc == 0 && ti < (size_t)ntypes; ti++)
 			rc = type_rows(&b, types[ti], err);
 		bench_close(&b);

@@ -429,19 +429,18 @@ struct ffn_job {
 	const ds_actbuf *dst;
 };
 
-/* 1 if gate and up can be claimed as one range of row-sets for one
- * activation row: units 0 .. sets-1 gate's row-sets, sets .. 2 sets-1
- * up's, so a claim (but one that crosses from gate to up) streams one
- * matrix, where gate and up of each claim restart the kernel's streams
- * twice (the product 4-5% slower for TinyLlama's q4 gate/up, decode 1.6%,
- * 2 threads).  They must read the same prepared input.  The same for q,
- * k and v measured 0.3% faster decode, too little for the copying out it
- * needs. */
+/* 1 if gate and up (of one shape, and one permutation: !two_pass) can
+ * be claimed as one range of row-sets for one activation row: units 0 ..
+ * sets-1 gate's row-sets, sets .. 2 sets-1 up's, so a claim (but one
+ * that crosses from gate to up) streams one matrix, where gate and up of
+ * each claim restart the kernel's streams twice (the product 4-5% slower
+ * for TinyLlama's q4 gate/up, decode 1.6%, 2 threads).  They must read
+ * the same prepared input.  The same for q, k and v measured 0.3% faster
+ * decode, too little for the copying out it needs. */
 static int ffn_pair(const ds_mat *gate, const ds_mat *up)
 {
 	return ds_ttype_interleaved(gate->type) && up->type.dt == gate->type.dt &&
-	       up->type.group == gate->type.group && up->k == gate->k && up->n == gate->n &&
-	       gate->ne == 1 && up->ne == 1 && ops_perm_same(up->perm, gate->perm, up->k);
+	       up->type.group == gate->type.group && gate->ne == 1 && up->ne == 1;
 }
 
 static void ffn_prep(struct ffn_job *j, const ds_mat *w, int need, int ith,
@@ -597,6 +596,7 @@ void ds_ffn_gate_up(ds_ctx *c, const ds_mat *gate, const ds_mat *up,
 {
 	struct ffn_job j;
 	ds_in in = *in0;
+	size_t sets = (gate->n + DS_ROWSET - 1) / DS_ROWSET;
 
 	DS_ASSERT(gate->n == up->n && gate->k == up->k);
 	DS_ASSERT(gate->kp <= c->in.ldq && up->kp <= c->in.ldq);
@@ -616,20 +616,20 @@ void ds_ffn_gate_up(ds_ctx *c, const ds_mat *gate, const ds_mat *up,
 	 * and of up on its node, and a thread's share of the two claimed as
 	 * one range would be all of one of them */
 	if (in.t == 1 && gate->n <= c->cfg.max_ff && ds_pool_numa_nodes(c->pool) <= 1 &&
-	    ffn_pair(gate, up)) {
+	    !j.two_pass && ffn_pair(gate, up)) {
 		j.t = 1;
-		j.sets = (gate->n + DS_ROWSET - 1) / DS_ROWSET;
-		j.smin = ops_steal_min(gate->e_bytes + up->e_bytes, 2 * j.sets);
-		ops_steal_init(c, 2 * j.sets);
+		j.sets = sets;
+		j.smin = ops_steal_min(gate->e_bytes + up->e_bytes, 2 * sets);
+		ops_steal_init(c, 2 * sets);
 		ops_run(c, ffn_fn, &j);
 		return;
 	}
 	/* a unit: a row-set of gate and the same of up */
-	j.smin = ops_steal_min(gate->e_bytes + up->e_bytes, (gate->n + DS_ROWSET - 1) / DS_ROWSET);
+	j.smin = ops_steal_min(gate->e_bytes + up->e_bytes, sets);
 	for (j.t0 = 0; j.t0 < in.t; j.t0 += c->cfg.max_rows) {
 		j.t = in.t - j.t0 < c->cfg.max_rows ? in.t - j.t0 : c->cfg.max_rows;
 		if (ffn_steals(&j))
-			ops_steal_init(c, (gate->n + DS_ROWSET - 1) / DS_ROWSET);
+			ops_steal_init(c, sets);
 		ops_run(c, ffn_fn, &j);
 	}
 }
