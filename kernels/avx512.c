@@ -230,8 +230,8 @@ AI void q_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
 
 /* ---- decode: one activation row ----------------------------------------------
  * Decode streams every weight from memory once, and a core reaches the
- * read bandwidth only with enough of the stream in flight: four row-sets
- * (four streams) at a time, each with a short software prefetch, and as
+ * read bandwidth only with enough of the stream in flight: two row-sets
+ * (two streams) at a time, each with a software prefetch, and as
  * few instructions per weight byte as possible (the ROB window then
  * covers more bytes).  Hence the activation's 4 bytes enter vpdpbusd as an
  * embedded {1to16} broadcast (one instruction, not two) and a q4 high
@@ -239,12 +239,21 @@ AI void q_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
  * factor 16 divided out exactly once per block.  The float operations are
  * those of q_tile, so a row's result does not depend on the path. */
 
-/* Bytes prefetched ahead in each of the streams.  With both cores
- * streaming, 1536 beat 1024 by 3-8% for q4g32 and q4g128 and made no
- * difference for q8g32 (variants alternating in one process, 2 threads,
- * shapes 2560x2048 to 4096x4096); 1792 and more were no better, 3072
- * worse, a second prefetch further ahead or one per 128 bytes worse. */
-#define PF_VEC 1536
+/* Bytes prefetched ahead in each of the streams: VEC_STREAMS x PF_VEC
+ * in flight per thread.  Two streams 3072 ahead against four 1536 ahead
+ * (the same bytes in flight), TinyLlama's products of a token in turn
+ * with no attention, alternating in one process, 30 rounds each, 2
+ * threads: q4g32 0.927 against 0.914 of the read probe (0.945 against
+ * 0.929, 0.923 against 0.888 in other series), q8g32 1.051 against
+ * 0.966 (1.072 against 0.954); two streams 4096 ahead 0.916 and 1.045,
+ * 6144 0.901 (q4).  Plain loads in the same pattern (no arithmetic, 1
+ * MiB per claim): two streams 3072-6144 ahead 0.92-1.06 of the probe,
+ * four 0.72-0.86 whatever the distance, one 0.84-0.87 with a software
+ * prefetch and as fast as the probe without.  With four streams (the
+ * layout before): 1536 beat 1024 by 3-8% for q4g32 and made no
+ * difference for q8g32, 3072 was worse. */
+#define VEC_STREAMS 2
+#define PF_VEC 3072
 
 typedef struct { char b[4]; } b4;
 
@@ -370,28 +379,26 @@ AI void vec_call(const ds_mat *w, size_t rs, size_t sets, const ds_act *x,
 	}
 }
 
-/* Row-sets rs0 .. rs1-1 for one activation row, as four streams: the
- * range in quarters, each walked in address order (a stream continues
- * where the hardware prefetcher already is), then the last 0-3 row-sets
- * two or one at a time.  Four adjacent row-sets at a time instead (four
+/* Row-sets rs0 .. rs1-1 for one activation row, as VEC_STREAMS streams:
+ * the range in parts, each walked in address order (a stream continues
+ * where the hardware prefetcher already is), then the last row-set of an
+ * odd range alone.  Four adjacent row-sets at a time instead (four
  * streams one row-set apart) made TinyLlama q4 decode 12-17% slower
  * (four alternations); without the per-block prefetches, 26-37% slower
- * (three). */
+ * (three); one stream without them (the hardware prefetcher alone) 0.74
+ * of the probe against 0.95 (q4, 30 rounds). */
 AI void vecs(const ds_mat *w, const ds_act *x, float *y, size_t rs0,
 	     size_t rs1, const int kind)
 {
-	size_t q = (rs1 - rs0) / 4, rs;
+	size_t q = (rs1 - rs0) / VEC_STREAMS, rs;
 
 	if (q > 0)      /* the streams' first PF_VEC bytes: a claim starts cold */
-		ds_fetch_streams(w->data + rs0 * w->rs_bytes, q * w->rs_bytes, 4, PF_VEC);
+		ds_fetch_streams(w->data + rs0 * w->rs_bytes, q * w->rs_bytes, VEC_STREAMS,
+				 PF_VEC);
 	for (rs = rs0; rs < rs0 + q; rs++)
-		vec_call(w, rs, q, x, y, kind, 4);
-	for (rs = rs0 + 4 * q; rs < rs1; rs += rs1 - rs >= 2 ? 2 : 1) {
-		if (rs1 - rs >= 2)
-			vec_call(w, rs, 1, x, y, kind, 2);
-		else
-			vec_call(w, rs, 1, x, y, kind, 1);
-	}
+		vec_call(w, rs, q, x, y, kind, VEC_STREAMS);
+	for (rs = rs0 + VEC_STREAMS * q; rs < rs1; rs++)
+		vec_call(w, rs, 1, x, y, kind, 1);
 }
 
 /* Row-sets in pairs while there are two, activation rows in tiles. */

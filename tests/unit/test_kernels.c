@@ -404,7 +404,8 @@ static void test_mm_large(void)
 		check_mm(mm_types[ti], 33, 256, 512, 0, worst);
 		check_mm(mm_types[ti], 64, 4096, 1, 0, worst);
 		/* one row over 13 row-sets, split 6 + 7: the decode kernels'
-		 * four-, two- and one-row-set paths, k not a multiple of G */
+		 * streams over an even and an odd range (its last row-set
+		 * alone), k not a multiple of G */
 		check_mm(mm_types[ti], 200, 1000, 1, 0, worst);
 		check_mm(mm_types[ti], 20, 1000, 7, 0, worst);
 	}
