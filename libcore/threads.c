@@ -29,23 +29,29 @@
 
 #define LINE 64
 
-/* A futex word with a count of the threads asleep on it. */
+/* A futex word with a count of the threads asleep on it; the job
+ * generation's word also carries the job, so that a worker that sees a
+ * new generation has the function and its argument in the same cache
+ * line.  With them in the pool's first line (beside fields the workers
+ * read), the caller's round trip through an empty job (ds-bench
+ * --membw, 2 threads) took 0.72-0.97 us against 0.42-0.66 (eleven
+ * alternations); in the line after the generation's, 0.57-0.79. */
 typedef struct wordq {
 	_Alignas(LINE) _Atomic uint32_t v;
 	_Atomic uint32_t sleepers;
+	ds_job_fn *fn;          /* the job generation's only */
+	void *arg;
 } wordq;
 
 struct ds_pool {
 	int n;
 	uint64_t spin_ns;
-	ds_job_fn *fn;
-	void *arg;
 	pthread_t *tid;
 	struct worker *w;
 	int *cpu;               /* [n] or NULL */
 	int *node;              /* [n] */
 	int nodes;
-	wordq gen;              /* job generation */
+	wordq gen;              /* job generation, with the job */
 	wordq done;             /* workers finished with the current job */
 	wordq bar_gen;          /* in-job barrier generation */
 	_Alignas(LINE) _Atomic uint32_t bar_count;
@@ -130,7 +136,7 @@ static void *worker_main(void *arg)
 		seen = wait_change(&p->gen, seen, p->spin_ns);
 		if (atomic_load_explicit(&p->stop, memory_order_acquire))
 			break;
-		p->fn(p->arg, w->ith, p->n);
+		p->gen.fn(p->gen.arg, w->ith, p->n);
 		atomic_fetch_add(&p->done.v, 1);
 		wake(&p->done);
 	}
@@ -145,8 +151,8 @@ void ds_pool_run(ds_pool *p, ds_job_fn *fn, void *arg)
 		fn(arg, 0, 1);
 		return;
 	}
-	p->fn = fn;
-	p->arg = arg;
+	p->gen.fn = fn;
+	p->gen.arg = arg;
 	atomic_store_explicit(&p->done.v, 0, memory_order_relaxed);
 	atomic_fetch_add(&p->gen.v, 1);    /* seq_cst: publishes fn, arg */
 	wake(&p->gen);
