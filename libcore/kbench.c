@@ -324,14 +324,16 @@ int ds_kbench_read(ds_pool *pool, const void *p, size_t bytes, double min_sec,
 	struct region_job *j = region_new(pool, p, bytes);
 	double mean, best;
 
-	*read_gbs = *best_gbs = 0;
+	*read_gbs = best = 0;
 	if (j == NULL)
 		return -1;
 	if (j->bytes > 0) {
 		mean = sustained_of(region_fn, j, min_sec > 0 ? min_sec : 0.25, &best);
 		*read_gbs = (double)j->bytes / mean * 1e-9;
-		*best_gbs = (double)j->bytes / best * 1e-9;
+		best = (double)j->bytes / best * 1e-9;
 	}
+	if (best_gbs)
+		*best_gbs = best;
 	free(j);
 	return 0;
 }
@@ -407,7 +409,7 @@ int ds_kbench_probe(ds_pool *pool, size_t ws_bytes, double min_sec,
 {
 	struct probe_job *j = calloc(1, sizeof *j);
 	bench b;
-	double sec, best;
+	double sec;
 
 	memset(&b, 0, sizeof b);
 	b.pool = pool;
@@ -423,7 +425,7 @@ int ds_kbench_probe(ds_pool *pool, size_t ws_bytes, double min_sec,
 	j->k = ds_kernels_get();
 	if (read_gbs) {
 		memset(b.ws, 1, b.ws_bytes);
-		if (ds_kbench_read(pool, b.ws, b.ws_bytes, min_sec, read_gbs, &best) != 0) {
+		if (ds_kbench_read(pool, b.ws, b.ws_bytes, min_sec, read_gbs, NULL) != 0) {
 			free(b.ws);
 			free(j);
 			return ds_errf(err, "read probe: out of memory");

@@ -5,14 +5,14 @@
  * Every figure is the best of several timed repetitions (as STREAM
  * reports) but the read probe's sustained rate (membw "read", a mean
  * over passes back to back), by the wall clock or (cpu_time) by the
- * caller's CPU time, and
- * every ratio compares two figures measured in the same process, one
- * after the other: matrix-vector rates against a read
- * probe over the same amount of memory, matrix-matrix rates against the
- * ISA's peak measured by a dot-product probe.
+ * caller's CPU time, and every ratio compares two figures measured in
+ * the same process, one after the other: matrix-vector rates against a
+ * read probe over the same amount of memory, matrix-matrix rates
+ * against the ISA's peak measured by a dot-product probe.
  *
- *   read probe   each thread sums its share of a buffer larger than the
- *                last-level cache with the widest vector loads; membw
+ *   read probe   the threads sum a buffer larger than the last-level
+ *                cache with the widest vector loads, claiming 1 MiB
+ *                pieces of it in turn; membw
  *                "read" is the sustained rate (passes back to back, bytes
  *                over their time), "best" the fastest single pass
  *   matvec       one activation row against weights streamed from memory:
@@ -85,7 +85,7 @@ int ds_kbench_probe(struct ds_pool *pool, size_t ws_bytes, double min_sec,
 /* The read probe over bytes at p (64-aligned; the part that is whole
  * 256-byte lines), on pool's threads, passes back to back over at least
  * min_sec (0: 0.25 s) and 3 passes: *read_gbs the sustained rate (bytes
- * over the passes' time), *best_gbs the fastest pass's.  ds-bench -m
+ * over the passes' time), *best_gbs (unless NULL) the fastest pass's.  ds-bench -m
  * reads the model's own weights with it between its decode runs. */
 int ds_kbench_read(struct ds_pool *pool, const void *p, size_t bytes,
 		   double min_sec, double *read_gbs, double *best_gbs);
