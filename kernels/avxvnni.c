@@ -12,6 +12,7 @@
 #define QDOT(acc, u, s) _mm256_dpbusd_avx_epi32((acc), (u), (s))
 #define Q8DOT(acc, u, s) _mm256_dpbusd_avx_epi32((acc), (u), (s))
 #define Q8_BIAS 128.0f
+#define QDOT_ANY_U8   /* vpdpbusd: no 16-bit intermediate to saturate */
 #include "x86_q256.h"
 
 /* PEAK_ACC independent accumulators in named registers (an array would
