@@ -23,6 +23,13 @@
 #define Q4_HI(v) _mm256_and_si256(_mm256_srli_epi16((v), 4), _mm256_set1_epi8(15))
 #define Q4_HI_SUM(d) (d)
 #endif
+/* A q4 block's two sums as one: with Q4DOT16 (16-bit pair sums added
+ * up, widened once per block) the low one holds it all. */
+#ifdef Q4DOT16
+#define Q4_SUM(lo, hi) Q4DOT16_WIDEN(lo)
+#else
+#define Q4_SUM(lo, hi) _mm256_add_epi32((lo), Q4_HI_SUM(hi))
+#endif
 
 AI __m256i q_bcast32(const void *p)
 {
@@ -204,8 +211,13 @@ AI void q_vec(const ds_mat *w, size_t rs0, size_t sets, const ds_act *x,
 							(gw + r * rsb + wb * k + 64 * c + 32 * h));
 
 						if (is4) {
+#ifdef Q4DOT16
+							dl[r] = Q4DOT16(Q4DOT16(dl[r], _mm256_and_si256(wv, m4), b0),
+									Q4_HI(wv), b1);
+#else
 							dl[r] = QDOT(dl[r], _mm256_and_si256(wv, m4), b0);
 							dh[r] = QDOT(dh[r], Q4_HI(wv), b1);
+#endif
 						} else {
 							dl[r] = Q8DOT(dl[r], wv, b0);
 						}
@@ -213,8 +225,7 @@ AI void q_vec(const ds_mat *w, size_t rs0, size_t sets, const ds_act *x,
 				}
 				#pragma GCC unroll 2
 				for (r = 0; r < R; r++)
-					A[r][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is4 ?
-						_mm256_add_epi32(dl[r], Q4_HI_SUM(dh[r])) : dl[r]),
+					A[r][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is4 ? Q4_SUM(dl[r], dh[r]) : dl[r]),
 						_mm256_set1_ps(x->qd[k / DS_QBLOCK]), A[r][h]);
 			}
 			S += x->qs[k / DS_QBLOCK];

@@ -58,7 +58,8 @@ static float pow2(int e)
 	return ldexpf(1.0f, e);
 }
 
-/* exact: small integers times powers of two (see the top of the file) */
+/* exact: small integers times powers of two (see the top of the file);
+ * 2: the largest weights (q4 15 with zero point 0, q8 127) */
 static void tw_init(tw *w, ds_ttype t, size_t n, size_t k, int exact)
 {
 	uint64_t shape[2] = { n, k }, bytes, i;
@@ -87,12 +88,12 @@ static void tw_init(tw *w, ds_ttype t, size_t n, size_t k, int exact)
 
 			s16[i] = ds_f32_to_f16(sc);
 			w->s[i] = ds_f16_to_f32(s16[i]);
-			z8[i] = (uint8_t)(t_rand(&seed) % 16);
+			z8[i] = exact == 2 ? 0 : (uint8_t)(t_rand(&seed) % 16);
 			w->z[i] = t.dt == DS_Q4 ? z8[i] : 128;
 		}
 		for (i = 0; i < n * k; i++) {
-			q4[i] = (uint8_t)(t_rand(&seed) % 16);
-			q8[i] = (int8_t)((int)(t_rand(&seed) % 255) - 127);
+			q4[i] = exact == 2 ? 15 : (uint8_t)(t_rand(&seed) % 16);
+			q8[i] = exact == 2 ? 127 : (int8_t)((int)(t_rand(&seed) % 255) - 127);
 			w->u[i] = t.dt == DS_Q4 ? q4[i] : q8[i] + 128;
 		}
 		if (t.dt == DS_Q4)
@@ -158,6 +159,8 @@ static void tx_init(tx *x, size_t t, size_t k, size_t kp, int exact)
 
 			if (!exact)
 				*p = t_randf(&seed) * (1 + (float)(j % 5));
+			else if (exact == 2)
+				*p = i % 2 ? -127 : 127;
 			else if (j % 32 == 0)
 				*p = t_rand(&seed) & 1 ? 127 : -127;
 			else
@@ -426,6 +429,10 @@ static void test_mm_exact(void)
 		check_mm(mm_types[ti], 16, k - 32 + 5, 1, 1, worst);
 		check_mm(mm_types[ti], 200, k - 32 + 5, 1, 1, worst);
 		check_mm(mm_types[ti], 7, 64, 9, 1, worst);
+		/* every product at its largest, rows of +127 and -127: no
+		 * 16-bit partial sum of a kernel may saturate */
+		check_mm(mm_types[ti], 40, 512, 2, 2, worst);
+		check_mm(mm_types[ti], 40, 512, 1, 2, worst);
 	}
 }
 
