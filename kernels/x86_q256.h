@@ -56,13 +56,13 @@ AI __m256 q_zero8(const uint8_t *p)
 /* One row-set (two halves) by TT activation rows; is4 selects q4 or q8. */
 AI void q_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
 	       float *y, size_t ldy, const __m256i *rm, const int is4,
-	       const int TT)
+	       const int TT, const int GC)
 {
-	const size_t kp = w->kp, G = w->type.group, ng = kp / G;
+	const size_t kp = w->kp, G = GC ? (size_t)GC : w->type.group, ng = kp / G;
 	const size_t nb = x->ldq / DS_QBLOCK;
 	const __m256i m4 = _mm256_set1_epi8(15);
 	__m256 acc[QTT_MAX][2];
-	size_t g, k;
+	size_t g, kb;
 	int t, c, h;
 
 	#pragma GCC unroll 8
@@ -78,7 +78,9 @@ AI void q_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
 			A[t][0] = A[t][1] = _mm256_setzero_ps();
 			S[t] = 0;
 		}
-		for (k = g * G; k < (g + 1) * G; k += DS_QBLOCK) {
+		#pragma GCC unroll 4
+		for (kb = 0; kb < G; kb += DS_QBLOCK) {
+			const size_t k = g * G + kb;
 			__m256i d[QTT_MAX][2];
 
 			#pragma GCC unroll 8
@@ -135,6 +137,21 @@ AI void q_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
 		#pragma GCC unroll 8
 		for (h = 0; h < 2; h++)
 			_mm256_maskstore_ps(y + (t0 + t) * ldy + 8 * h, rm[h], acc[t][h]);
+}
+
+/* q_tile with the group size a compile-time constant for g32 (see
+ * q_vec_g): TinyLlama prefill of 512 tokens with these kernels forced
+ * here, q4g32 180-191 tokens/s against 127-155, q8g32 152-164 against
+ * 133-135 (a variable G: the block loop's sums spilled). g128 measured
+ * alike either way. */
+AI void q_tile_g(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
+		 float *y, size_t ldy, const __m256i *rm, const int is4,
+		 const int TT)
+{
+	if (w->type.group == 32)
+		q_tile(w, rs, x, t0, y, ldy, rm, is4, TT, 32);
+	else
+		q_tile(w, rs, x, t0, y, ldy, rm, is4, TT, 0);
 }
 
 /* ---- decode: one activation row ----------------------------------------
@@ -296,9 +313,9 @@ AI void q_mm(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
 
 		for (t = 0; t < x->t; t += QTT_MAX) {
 			if (x->t - t >= 2)
-				q_tile(w, p, x, t, y + rs * DS_ROWSET, ldy, rm, is4, 2);
+				q_tile_g(w, p, x, t, y + rs * DS_ROWSET, ldy, rm, is4, 2);
 			else
-				q_tile(w, p, x, t, y + rs * DS_ROWSET, ldy, rm, is4, 1);
+				q_tile_g(w, p, x, t, y + rs * DS_ROWSET, ldy, rm, is4, 1);
 		}
 	}
 }
