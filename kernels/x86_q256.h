@@ -23,6 +23,15 @@
 #define Q4_HI(v) _mm256_and_si256(_mm256_srli_epi16((v), 4), _mm256_set1_epi8(15))
 #define Q4_HI_SUM(d) (d)
 #endif
+/* The tile's q4 dot products: 16-bit sums widened once per block where
+ * there is Q4DOT16 (as decode's), QDOT's own 32-bit ones otherwise. */
+#ifdef Q4DOT16
+#define Q4T(acc, u, s) Q4DOT16(acc, u, s)
+#define Q4T_SUM(acc) Q4DOT16_WIDEN(acc)
+#else
+#define Q4T(acc, u, s) QDOT(acc, u, s)
+#define Q4T_SUM(acc) (acc)
+#endif
 /* A q4 block's two sums as one: with Q4DOT16 (16-bit pair sums added
  * up, widened once per block) the low one holds it all. */
 #ifdef Q4DOT16
@@ -98,9 +107,9 @@ AI void q_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
 						const int8_t *xq = x->q + (t0 + t) * x->ldq + k;
 
 						if (is4) {
-							d[t][h] = QDOT(d[t][h], _mm256_and_si256(wv, m4),
-								       q_bcast32(xq + 8 * c));
-							d[t][h] = QDOT(d[t][h],
+							d[t][h] = Q4T(d[t][h], _mm256_and_si256(wv, m4),
+								      q_bcast32(xq + 8 * c));
+							d[t][h] = Q4T(d[t][h],
 								_mm256_and_si256(_mm256_srli_epi16(wv, 4), m4),
 								q_bcast32(xq + 8 * c + 4));
 						} else {
@@ -116,7 +125,8 @@ AI void q_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
 
 				#pragma GCC unroll 8
 				for (h = 0; h < 2; h++)
-					A[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d[t][h]), db, A[t][h]);
+					A[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is4 ? Q4T_SUM(d[t][h])
+											  : d[t][h]), db, A[t][h]);
 				S[t] += x->qs[b];
 			}
 		}
