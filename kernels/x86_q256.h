@@ -23,20 +23,18 @@
 #define Q4_HI(v) _mm256_and_si256(_mm256_srli_epi16((v), 4), _mm256_set1_epi8(15))
 #define Q4_HI_SUM(d) (d)
 #endif
-/* The tile's q4 dot products: 16-bit sums widened once per block where
- * there is Q4DOT16 (as decode's), QDOT's own 32-bit ones otherwise. */
+/* A q4 block's dot products where the includer has Q4DOT16 (16-bit pair
+ * sums added up, widened once per block) or else QDOT's 32-bit ones:
+ * Q4T/Q4T_SUM in the tile's one sum per row, Q4_SUM the block total of
+ * decode's two (low and high nibbles; with Q4DOT16 the low one holds it
+ * all). */
 #ifdef Q4DOT16
 #define Q4T(acc, u, s) Q4DOT16(acc, u, s)
 #define Q4T_SUM(acc) Q4DOT16_WIDEN(acc)
+#define Q4_SUM(lo, hi) Q4DOT16_WIDEN(lo)
 #else
 #define Q4T(acc, u, s) QDOT(acc, u, s)
 #define Q4T_SUM(acc) (acc)
-#endif
-/* A q4 block's two sums as one: with Q4DOT16 (16-bit pair sums added
- * up, widened once per block) the low one holds it all. */
-#ifdef Q4DOT16
-#define Q4_SUM(lo, hi) Q4DOT16_WIDEN(lo)
-#else
 #define Q4_SUM(lo, hi) _mm256_add_epi32((lo), Q4_HI_SUM(hi))
 #endif
 
