@@ -16,10 +16,10 @@
  * 2*127*127, and the bias is taken out here, not through the block sums */
 #define Q8DOT(acc, u, s) q8dot((acc), (u), (s))
 #define Q8_BIAS 0.0f
-/* Decode's q4 block: vpmaddubsw's pair sums (at most 2*15*127 = 3810)
- * added in 16 bits over the block's eight nibble vectors (at most 30480,
- * no saturation), then widened by one vpmaddwd: 2 instructions per
- * vector instead of 3 and the same exact sum. */
+/* A q4 block, in decode and in the tile: vpmaddubsw's pair sums (at
+ * most 2*15*127 = 3810) added in 16 bits over the block's eight nibble
+ * vectors (at most 30480, no saturation), then widened by one vpmaddwd:
+ * 2 instructions per vector instead of 3 and the same exact sum. */
 #define Q4DOT16(acc, u, s) _mm256_add_epi16((acc), _mm256_maddubs_epi16((u), (s)))
 #define Q4DOT16_WIDEN(acc) _mm256_madd_epi16((acc), _mm256_set1_epi16(1))
 
