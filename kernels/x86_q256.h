@@ -25,13 +25,13 @@
 #endif
 /* A q4 block's dot products where the includer has Q4DOT16 (16-bit pair
  * sums added up, widened once per block) or else QDOT's 32-bit ones:
- * Q4T/Q4T_SUM in the tile's one sum per row, Q4_SUM the block total of
- * decode's two (low and high nibbles; with Q4DOT16 the low one holds it
- * all). */
+ * Q4T accumulates, Q4T_SUM the tile's one sum per row as 32 bits,
+ * Q4_SUM the block total of decode's two (low and high nibbles, each at
+ * most 4 x 3810 with Q4DOT16: their 16-bit sum cannot saturate). */
 #ifdef Q4DOT16
 #define Q4T(acc, u, s) Q4DOT16(acc, u, s)
 #define Q4T_SUM(acc) Q4DOT16_WIDEN(acc)
-#define Q4_SUM(lo, hi) Q4DOT16_WIDEN(lo)
+#define Q4_SUM(lo, hi) Q4DOT16_WIDEN(_mm256_add_epi16((lo), (hi)))
 #else
 #define Q4T(acc, u, s) QDOT(acc, u, s)
 #define Q4T_SUM(acc) (acc)
@@ -236,13 +236,8 @@ AI void q_vec(const ds_mat *w, size_t rs0, size_t sets, const ds_act *x,
 							(gw + r * rsb + wb * k + 64 * c + 32 * h));
 
 						if (is4) {
-#ifdef Q4DOT16
-							dl[r] = Q4DOT16(Q4DOT16(dl[r], _mm256_and_si256(wv, m4), b0),
-									Q4_HI(wv), b1);
-#else
-							dl[r] = QDOT(dl[r], _mm256_and_si256(wv, m4), b0);
-							dh[r] = QDOT(dh[r], Q4_HI(wv), b1);
-#endif
+							dl[r] = Q4T(dl[r], _mm256_and_si256(wv, m4), b0);
+							dh[r] = Q4T(dh[r], Q4_HI(wv), b1);
 						} else {
 							dl[r] = Q8DOT(dl[r], wv, b0);
 						}
