@@ -233,10 +233,17 @@ AI void q_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
  * read bandwidth only with enough of the stream in flight: two row-sets
  * (two streams) at a time, each with a software prefetch, and as
  * few instructions per weight byte as possible (the ROB window then
- * covers more bytes).  Hence the activation's 4 bytes enter vpdpbusd as an
- * embedded {1to16} broadcast (one instruction, not two) and a q4 high
- * nibble is masked in place (16 q, no shift) in a chain of its own, the
- * factor 16 divided out exactly once per block.  The float operations are
+ * covers more bytes).  Hence a q4 high nibble is masked in place (16 q,
+ * no shift) in a chain of its own, the factor 16 divided out exactly once
+ * per block.  The activation's 4 bytes enter q8's vpdpbusd as an embedded
+ * {1to16} broadcast (one instruction, not two, but a load in each
+ * row-set); q4 loads each broadcast once for both streams' row-sets.
+ * Rows in cache, one thread: q4g32 92 -> 107 GB/s, q4g128 100 -> 110;
+ * TinyLlama's products of a token in turn (2 threads, ratio to the read
+ * probe, variants alternating in one process, 30 rounds): q4g32
+ * 0.975, 0.991, 1.029 against 0.952, 0.972, 1.014; q4g128 1.138, 0.995
+ * against 1.108, 0.985.  q8 streamed 7-10% slower so (1.016, 0.989
+ * against 1.091, 1.103) though 18% faster in cache.  The float operations are
  * those of q_tile, so a row's result does not depend on the path. */
 
 /* Bytes prefetched ahead in each of the streams: VEC_STREAMS x PF_VEC
@@ -264,13 +271,21 @@ AI __m512i dp_bc(__m512i acc, __m512i w, const void *p)
 	return acc;
 }
 
+/* acc + the u8 x s8 dot products of w with activation bytes p: as an
+ * embedded broadcast, or (shared) the broadcast b already loaded. */
+AI __m512i dp_x(__m512i acc, __m512i w, const int8_t *p, __m512i b, const int shared)
+{
+	return shared ? _mm512_dpbusd_epi32(acc, w, b) : dp_bc(acc, w, p);
+}
+
 /* One 32-block of R row-sets rsb bytes apart, at k (wp = row-set 0's
  * weights of the block): A[r] += d * (exact integer dot product). */
 AI void vec_blk(const uint8_t *wp, size_t rsb, const int8_t *xq, const float *d,
 		__m512 *A, const int is4, const int R)
 {
 	const __m512i m0 = _mm512_set1_epi8(0x0f), m1 = _mm512_set1_epi8((char)0xf0);
-	__m512i l[4], h[4];
+	const int shared = is4 && R > 1;
+	__m512i l[4], h[4], xb[8];
 	int c, r;
 
 #pragma GCC unroll 4
@@ -283,6 +298,9 @@ AI void vec_blk(const uint8_t *wp, size_t rsb, const int8_t *xq, const float *d,
 	}
 #pragma GCC unroll 8
 	for (c = 0; c < 8; c++)
+		xb[c] = shared ? bcast32(xq + 4 * c) : _mm512_setzero_si512();
+#pragma GCC unroll 8
+	for (c = 0; c < 8; c++)
 #pragma GCC unroll 4
 		for (r = 0; r < R; r++) {
 			__m512i v;
@@ -291,8 +309,9 @@ AI void vec_blk(const uint8_t *wp, size_t rsb, const int8_t *xq, const float *d,
 				continue;
 			v = _mm512_loadu_si512(wp + r * rsb + 64 * c);
 			if (is4) {
-				l[r] = dp_bc(l[r], _mm512_and_si512(v, m0), xq + 8 * c);
-				h[r] = dp_bc(h[r], _mm512_and_si512(v, m1), xq + 8 * c + 4);
+				l[r] = dp_x(l[r], _mm512_and_si512(v, m0), xq + 8 * c, xb[2 * c], shared);
+				h[r] = dp_x(h[r], _mm512_and_si512(v, m1), xq + 8 * c + 4, xb[2 * c + 1],
+					    shared);
 			} else if (c & 1) {
 				h[r] = dp_bc(h[r], v, xq + 4 * c);
 			} else {
@@ -312,10 +331,9 @@ AI void vec_blk(const uint8_t *wp, size_t rsb, const int8_t *xq, const float *d,
  * GCC from interleaving consecutive blocks' instructions.  TinyLlama's
  * products of a token in turn, 2 threads, ratio to the read probe
  * (variants alternating in one process, 8-12 rounds): q4g32 with the
- * segments below 1.032 against 0.964 without it (1.004 before them);
- * q4g128 in q_vec 1.036 and 1.054 against 0.997 and 0.987.  Not for
- * q8 (no gain), q4g64 (1.252 against 1.243) or q4g32 in q_vec (1.075
- * against 1.091). */
+ * segments below 1.032 against 0.964 without it (1.004 before them).
+ * Not in q_vec: q8 and q4g32 there no better, q4g128 worse (1.092,
+ * 0.956 against 1.138, 0.995 in 30 rounds). */
 #define SCHED_FENCE() __asm__ volatile("" ::: "memory")
 
 /* acc[r] += a group's contribution: A[r] its blocks' sums, S the sum of
@@ -408,8 +426,6 @@ AI void q_vec(const ds_mat *w, const uint8_t *rs, size_t sets, const ds_act *x,
 		for (k = g * G; k < (g + 1) * G; k += DS_QBLOCK) {
 			vec_blk(gw + (is4 ? 8 : 16) * k, rsb, x->q + k, x->qd + k / DS_QBLOCK, A, is4, R);
 			S += x->qs[k / DS_QBLOCK];
-			if (is4 && GC == 128)
-				SCHED_FENCE();
 		}
 		q_grp_end(rs + ds_qgrp_s(is4, G, g), rs + (is4 ? ds_qgrp_z(G, ng, g) : 0), rsb,
 			  A, S, acc, is4, R);
