@@ -360,7 +360,7 @@ AI void q_grp_end(const uint8_t *sc, const uint8_t *zp, size_t rsb, const __m512
  * 1.091 and 1.032 against 1.004 of the probe; with q4g128 0.959 against
  * 1.030 (so g32 only; the earlier form for q4 and q8 alike made q8
  * decode 4-7% slower). */
-_Static_assert(48 * DS_QSEG % 64 == 0, "a whole q4 segment's header is 48 bytes a group");
+_Static_assert(48 * DS_QSEG % 64 == 0, "a whole q4 segment's header (48 bytes a group) is unpadded");
 AI size_t q4_vec_segs(const uint8_t *rs, size_t rsb, size_t ng, const ds_act *x,
 		      __m512 *acc, const int R, const int GC)
 {
