@@ -355,42 +355,39 @@ AI void q_grp_end(const uint8_t *sc, const uint8_t *zp, size_t rsb, const __m512
 }
 
 /* q4g32 decode: the whole segments of DS_QSEG groups, each group at a
- * constant offset in its segment (no per-group ds_qgrp_* arithmetic);
- * returns the groups done.  TinyLlama's products as above: 1.146 against
- * 1.091 and 1.032 against 1.004 of the probe; with q4g128 0.959 against
- * 1.030 (so g32 only; the earlier form for q4 and q8 alike made q8
- * decode 4-7% slower). */
-_Static_assert(48 * DS_QSEG % 64 == 0, "a whole q4 segment's header (48 bytes a group) is unpadded");
-AI size_t q4_vec_segs(const uint8_t *rs, size_t rsb, size_t ng, const ds_act *x,
-		      __m512 *acc, const int R, const int GC)
+ * constant offset in its segment (a whole segment is laid out as a row of
+ * DS_QSEG groups, so ds_qgrp_* of its groups fold to constants, where
+ * per group in q_vec they are computed); returns the groups done.
+ * TinyLlama's products as above: 1.146 against 1.091 and 1.032 against
+ * 1.004 of the probe; with q4g128 0.959 against 1.030 (so g32 only; the
+ * earlier form for q4 and q8 alike made q8 decode 4-7% slower). */
+AI size_t q4g32_vec_segs(const uint8_t *rs, size_t rsb, size_t ng, const ds_act *x,
+			 __m512 *acc, const int R)
 {
-	const size_t HDR = 48 * DS_QSEG, GB = 8 * (size_t)GC, SEGB = HDR + DS_QSEG * GB;
-	const size_t nseg = ng / DS_QSEG;
-	size_t s, kb;
+	const size_t G = 32, SEGB = ds_qseg_off(1, G, DS_QSEG), nseg = ng / DS_QSEG;
+	size_t s;
 	int j, r;
 
 	for (s = 0; s < nseg; s++) {
 		const uint8_t *sp = rs + s * SEGB;
-		const size_t k0 = s * DS_QSEG * (size_t)GC;
+		const size_t k0 = s * DS_QSEG * G;
 
-		ds_fetch_streams(sp + PF_VEC, rsb, R, HDR);
+		ds_qseg_fetch(sp, rsb, G, 0, 1, R, PF_VEC);
 #pragma GCC unroll 4
 		for (j = 0; j < DS_QSEG; j++) {
-			const size_t kg = k0 + (size_t)j * GC;
+			const size_t k = k0 + (size_t)j * G;
 			__m512 A[4];
 			float S = 0;
 
 #pragma GCC unroll 4
 			for (r = 0; r < R; r++)
 				A[r] = _mm512_setzero_ps();
-#pragma GCC unroll 4
-			for (kb = 0; kb < (size_t)GC; kb += DS_QBLOCK) {
-				vec_blk(sp + HDR + j * GB + 8 * kb, rsb, x->q + kg + kb,
-					x->qd + (kg + kb) / DS_QBLOCK, A, 1, R);
-				S += x->qs[(kg + kb) / DS_QBLOCK];
-				SCHED_FENCE();
-			}
-			q_grp_end(sp + 32 * j, sp + 32 * DS_QSEG + 16 * j, rsb, A, S, acc, 1, R);
+			vec_blk(sp + ds_qgrp_w(1, G, DS_QSEG, j), rsb, x->q + k,
+				x->qd + k / DS_QBLOCK, A, 1, R);
+			S += x->qs[k / DS_QBLOCK];
+			SCHED_FENCE();
+			q_grp_end(sp + ds_qgrp_s(1, G, j), sp + ds_qgrp_z(G, DS_QSEG, j), rsb, A,
+				  S, acc, 1, R);
 		}
 	}
 	return nseg * DS_QSEG;
@@ -412,7 +409,7 @@ AI void q_vec(const ds_mat *w, const uint8_t *rs, size_t sets, const ds_act *x,
 		acc[r] = _mm512_setzero_ps();
 	g = 0;
 	if (is4 && GC == 32)
-		g = q4_vec_segs(rs, rsb, ng, x, acc, R, GC);
+		g = q4g32_vec_segs(rs, rsb, ng, x, acc, R);
 	for (; g < ng; g++) {
 		const uint8_t *gw = rs + ds_qgrp_w(is4, G, ng, g) - (is4 ? 8 : 16) * g * G;
 		float S = 0;
