@@ -85,10 +85,20 @@ typedef struct ds_map {
 
 enum {
 	DS_MAP_POPULATE = 1 << 0, /* fault everything in now */
-	DS_MAP_HUGE = 1 << 1,     /* 2 MiB-aligned, MADV_HUGEPAGE (weights) */
+	DS_MAP_HUGE = 1 << 1,     /* 2 MiB-aligned, MADV_HUGEPAGE (weights);
+				     with DS_MAP_POPULATE a file cached in
+				     4 KiB folios is read again into 2 MiB
+				     ones where the file system can */
 };
 
 int ds_map_open(ds_map *m, const char *path, int flags, ds_err *err);
+/* Files smaller than this are not read again into 2 MiB folios
+ * (DS_MAP_HUGE): their pages cost little either way. */
+#define DS_MAP_REHUGE_MIN ((size_t)16 << 20)
+/* Bytes of this process's mapping that starts at p mapped in 2 MiB pages
+ * of the page cache (smaps' FilePmdMapped); -1 when the kernel does not
+ * say. */
+long long ds_map_pmd_bytes(const void *p);
 /* Zeroed read-write anonymous memory, 2 MiB-aligned and advised
  * MADV_HUGEPAGE: a first touch faults in a 2 MiB page where the kernel
  * has one (one fault, not 512; a fault costs microseconds on some virtual

@@ -17,6 +17,15 @@
 #include <stdlib.h>
 
 static int t_n, t_failed, t_cur_failed;
+static const char *t_skip_why;
+
+/* End the current test as skipped (TAP "# SKIP why"): what it checks
+ * cannot be seen on this machine. */
+#define T_SKIP(why)                                                         \
+	do {                                                                \
+		t_skip_why = (why);                                         \
+		return;                                                     \
+	} while (0)
 
 #define T_CHECK(e)                                                          \
 	do {                                                                \
@@ -48,11 +57,14 @@ static int t_n, t_failed, t_cur_failed;
 #define T_RUN(fn)                                                           \
 	do {                                                                \
 		t_cur_failed = 0;                                           \
+		t_skip_why = NULL;                                          \
 		fn();                                                       \
 		t_n++;                                                      \
 		if (t_cur_failed) {                                         \
 			t_failed++;                                         \
 			printf("not ok %d - %s\n", t_n, #fn);               \
+		} else if (t_skip_why) {                                    \
+			printf("ok %d - %s # SKIP %s\n", t_n, #fn, t_skip_why); \
 		} else {                                                    \
 			printf("ok %d - %s\n", t_n, #fn);                   \
 		}                                                           \
