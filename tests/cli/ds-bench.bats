@@ -307,3 +307,31 @@ assert r["pp_ts"] > 0 and r["tg_ts"] > 0 and r["bw_ratio"] > 0, r
 	run "$DS_BIN/ds-bench" -m "$d" --save "$d.2"
 	[ "$status" -eq 2 ]
 }
+
+@test "ds-bench -m on a cp copy: read again into 2 MiB pages, warned while another process holds them" {
+	d=$BATS_TEST_TMPDIR/orig c=$BATS_TEST_TMPDIR/copy r=$BATS_TEST_TMPDIR/ready
+	"$DS_BIN/ds-bench" --synthetic tinyllama-1.1b --layers 1 --save "$d" 2>/dev/null
+	# read cold, a model maps in 2 MiB pages here, or the test cannot see anything
+	/usr/bin/python3 -c 'import os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)' "$d/model.bin"
+	run --separate-stderr "$DS_BIN/ds-bench" -m "$d" -p 0 -n 1 -r 1 -t 1
+	[ "$status" -eq 0 ]
+	if [[ "$stderr" == *"maps in 2 MiB pages"* ]]; then
+		skip "a cold read gives no 2 MiB pages here"
+	fi
+	cp -r "$d" "$c"
+	/usr/bin/python3 -c 'import mmap, sys, time
+f = open(sys.argv[1], "rb"); m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+s = sum(m[i] for i in range(0, len(m), 4096)); open(sys.argv[2], "w").close(); time.sleep(60)' \
+		"$c/model.bin" "$r" &
+	holder=$!
+	for i in $(seq 100); do [ -f "$r" ] && break; sleep 0.1; done
+	run --separate-stderr "$DS_BIN/ds-bench" -m "$c" -p 0 -n 1 -r 1 -t 1
+	kill $holder; wait $holder || true
+	[ "$status" -eq 0 ]
+	[[ "$stderr" == *"ds-bench: warning: 0% of model.bin maps in 2 MiB pages"* ]]
+	run --separate-stderr "$DS_BIN/ds-bench" -m "$c" -p 0 -n 1 -r 1 -t 1
+	[ "$status" -eq 0 ]
+	[[ "$stderr" != *"maps in 2 MiB pages"* ]]
+	[[ "$stderr" == *"tg1 1/1"* ]]
+}
