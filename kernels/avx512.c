@@ -365,6 +365,9 @@ AI size_t q4g32_vec_segs(const uint8_t *rs, size_t rsb, size_t ng, const ds_act 
 			 __m512 *acc, const int R)
 {
 	const size_t G = 32, SEGB = ds_qseg_off(1, G, DS_QSEG), nseg = ng / DS_QSEG;
+	/* read once: the fence's memory clobber would reload them each group */
+	const int8_t *xq = x->q;
+	const float *xd = x->qd, *xs = x->qs;
 	size_t s;
 	int j, r;
 
@@ -382,9 +385,9 @@ AI size_t q4g32_vec_segs(const uint8_t *rs, size_t rsb, size_t ng, const ds_act 
 #pragma GCC unroll 4
 			for (r = 0; r < R; r++)
 				A[r] = _mm512_setzero_ps();
-			vec_blk(sp + ds_qgrp_w(1, G, DS_QSEG, j), rsb, x->q + k,
-				x->qd + k / DS_QBLOCK, A, 1, R);
-			S += x->qs[k / DS_QBLOCK];
+			vec_blk(sp + ds_qgrp_w(1, G, DS_QSEG, j), rsb, xq + k, xd + k / DS_QBLOCK,
+				A, 1, R);
+			S += xs[k / DS_QBLOCK];
 			SCHED_FENCE();
 			q_grp_end(sp + ds_qgrp_s(1, G, j), sp + ds_qgrp_z(G, DS_QSEG, j), rsb, A,
 				  S, acc, 1, R);

@@ -335,24 +335,6 @@ static uint32_t max_of(const uint32_t *v, int n)
 	return m;
 }
 
-/* A populated mapping of model.bin mostly in 4 KiB pages (the page
- * cache could not be read again into 2 MiB folios: another process maps
- * it, or the file system does not give them) decodes slower: said. */
-static void small_pages(mb *b)
-{
-	const ds_load_opts *l = &b->o->load;
-	long long pmd, want = (long long)(b->m->bin.size / DS_HUGE_2M * DS_HUGE_2M);
-
-	if (l->no_populate || l->hugepages || l->numa != DS_NUMA_OFF ||
-	    b->m->bin.size < DS_MAP_REHUGE_MIN)
-		return;
-	pmd = ds_map_pmd_bytes(b->m->bin.data);
-	if (pmd >= 0 && pmd < want / 10 * 9)
-		say(b, "warning: %.0f%% of model.bin maps in 2 MiB pages (the rest in "
-		    "4 KiB pages, which decode reads slower; see ds-run(1))",
-		    100.0 * (double)pmd / (double)want);
-}
-
 /* Load with a pool of the most threads asked for (the hugepages copy and
  * NUMA placement run on it), and fill o->model. */
 static int load(mb *b, ds_placement *pl, ds_err *err)
@@ -361,7 +343,7 @@ static int load(mb *b, ds_placement *pl, ds_err *err)
 	ds_mbench_model *mm = o->model;
 	ds_pool_opts po = { 1, o->cpus, 0 };
 	char warn[256];
-	double t0;
+	double t0, share;
 	int i, rc;
 
 	for (i = 0; i < o->n_threads; i++)
@@ -381,7 +363,9 @@ static int load(mb *b, ds_placement *pl, ds_err *err)
 		return -1;
 	if (warn[0])
 		say(b, "warning: --hugepages: %s", warn);
-	small_pages(b);
+	if (ds_map_small_pages(&b->m->bin, &share))
+		say(b, "warning: %.0f%% of model.bin maps in 2 MiB pages (the rest in "
+		    "4 KiB pages, which decode reads slower; see ds-run(1))", 100.0 * share);
 	mm->name = o->name ? o->name : o->dir;
 	mm->hugepages = pl->huge;
 	mm->isa = ds_kernels_name();

@@ -102,8 +102,27 @@ static int reread(int fd, uint8_t *p, size_t n)
 	return rc;
 }
 
+/* Files smaller than this are not checked: their pages cost little either
+ * way. */
+#define REHUGE_MIN ((size_t)16 << 20)
 #define PROBE_BYTES (2 * DS_HUGE_2M)
-_Static_assert(DS_MAP_REHUGE_MIN >= PROBE_BYTES, "the probe lies in the file");
+#define HUGE_ENOUGH 0.9  /* of a mapping in 2 MiB pages: not read again */
+_Static_assert(REHUGE_MIN >= PROBE_BYTES, "the probe lies in the file");
+
+/* The part of a mapping of size bytes that maps in 2 MiB pages when pmd
+ * bytes do (of those that can: the whole 2 MiB pages of it). */
+static double pmd_share(long long pmd, size_t size)
+{
+	return (double)pmd / (double)(size / DS_HUGE_2M * DS_HUGE_2M);
+}
+
+int ds_map_small_pages(const ds_map *m, double *share)
+{
+	if (m->data == NULL || m->pmd < 0)
+		return 0;
+	*share = pmd_share(m->pmd, m->size);
+	return *share < HUGE_ENOUGH;
+}
 
 /* 1 if the file's first PROBE_BYTES lie in the page cache in 2 MiB
  * folios: mapped apart (their own entry in smaps), -1 if smaps does not
@@ -131,22 +150,25 @@ static int probe_huge(int fd)
  * of the mapping p [size] maps in 2 MiB pages, its pages are dropped and
  * read again (once: later loads find the 2 MiB folios) if the file
  * system gives 2 MiB folios to a cold read, as a cold read of the first
- * PROBE_BYTES shows; otherwise nothing more is read. */
-static void map_rehuge(int fd, uint8_t *p, size_t size)
+ * PROBE_BYTES shows; otherwise nothing more is read.  Returns the bytes
+ * in 2 MiB pages then (ds_map.pmd). */
+static long long map_rehuge(int fd, uint8_t *p, size_t size)
 {
-	long long pmd = ds_map_pmd_bytes(p), want = (long long)(size / DS_HUGE_2M * DS_HUGE_2M);
+	long long pmd = ds_map_pmd_bytes(p);
 	int h;
 
-	if (size < DS_MAP_REHUGE_MIN || pmd < 0 || pmd >= want / 10 * 9)
-		return;
+	if (pmd < 0 || pmd_share(pmd, size) >= HUGE_ENOUGH)
+		return pmd;
 	h = probe_huge(fd);
 	if (h == 0) {           /* small folios there: read them cold */
 		if (reread(fd, p, PROBE_BYTES) != 0)
-			return;
+			return pmd;
 		h = probe_huge(fd);
 	}
-	if (h == 1)
-		(void)reread(fd, p, size);
+	if (h != 1)
+		return pmd;
+	(void)reread(fd, p, size);
+	return ds_map_pmd_bytes(p);
 }
 
 /* DS_MAP_HUGE: MADV_HUGEPAGE before the first fault makes a cold read
@@ -155,15 +177,15 @@ static void map_rehuge(int fd, uint8_t *p, size_t size)
  * 4 KiB entries each page's first touch in a new mapping costs more than
  * a microsecond on some virtual machines, and the TLB misses cost decode
  * speed throughout.  The populate comes after the advice for that. */
-static void map_advise(int fd, void *p, size_t size, int flags)
+static void map_advise(ds_map *m, void *p, int flags)
 {
 	if (flags & DS_MAP_HUGE)
-		(void)madvise(p, size, MADV_HUGEPAGE);
+		(void)madvise(p, m->size, MADV_HUGEPAGE);
 	if (!(flags & DS_MAP_POPULATE))
 		return;
-	populate(p, size);
-	if ((flags & DS_MAP_HUGE) && size >= DS_HUGE_2M)
-		map_rehuge(fd, p, size);
+	populate(p, m->size);
+	if ((flags & DS_MAP_HUGE) && m->size >= REHUGE_MIN)
+		m->pmd = map_rehuge(m->fd, p, m->size);
 }
 
 int ds_map_open(ds_map *m, const char *path, int flags, ds_err *err)
@@ -172,6 +194,7 @@ int ds_map_open(ds_map *m, const char *path, int flags, ds_err *err)
 	void *p;
 
 	memset(m, 0, sizeof *m);
+	m->pmd = -1;
 	m->fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (m->fd < 0)
 		return ds_errf(err, "%s: %s", path, strerror(errno));
@@ -192,7 +215,7 @@ int ds_map_open(ds_map *m, const char *path, int flags, ds_err *err)
 		m->fd = -1;
 		return ds_errf(err, "%s: mmap: %s", path, strerror(errno));
 	}
-	map_advise(m->fd, p, m->size, flags);
+	map_advise(m, p, flags);
 	m->data = p;
 	return 0;
 }
@@ -254,6 +277,7 @@ void ds_map_close(ds_map *m)
 	m->data = NULL;
 	m->size = 0;
 	m->fd = -1;
+	m->pmd = -1;
 }
 
 int ds_read_file(const char *path, size_t max, char **out, size_t *len,

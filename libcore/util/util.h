@@ -78,6 +78,9 @@ typedef struct ds_map {
 	const uint8_t *data; /* NULL for an empty file */
 	size_t size;
 	int fd;
+	long long pmd;       /* bytes in 2 MiB pages after the open's check
+				(DS_MAP_HUGE | DS_MAP_POPULATE, 16 MiB or
+				more), else -1 */
 } ds_map;
 
 /* A huge page (x86-64 PMD): weights are mapped, written and placed in these. */
@@ -92,13 +95,14 @@ enum {
 };
 
 int ds_map_open(ds_map *m, const char *path, int flags, ds_err *err);
-/* Files smaller than this are not read again into 2 MiB folios
- * (DS_MAP_HUGE): their pages cost little either way. */
-#define DS_MAP_REHUGE_MIN ((size_t)16 << 20)
 /* Bytes of this process's mapping that starts at p mapped in 2 MiB pages
  * of the page cache (smaps' FilePmdMapped); -1 when the kernel does not
  * say. */
 long long ds_map_pmd_bytes(const void *p);
+/* 1 if m's open checked it and less than 9/10 of it maps in 2 MiB pages
+ * (its page cache in 4 KiB folios that could not be read again), *share
+ * the part that does; 0 otherwise. */
+int ds_map_small_pages(const ds_map *m, double *share);
 /* Zeroed read-write anonymous memory, 2 MiB-aligned and advised
  * MADV_HUGEPAGE: a first touch faults in a 2 MiB page where the kernel
  * has one (one fault, not 512; a fault costs microseconds on some virtual

@@ -675,7 +675,7 @@ static void check_fails(const ds_qconfig *q, ds_qlinear *l, const char *what)
 static void test_module_checks(void)
 {
 	ds_st_file file = { (char *)"m.safetensors", "m.safetensors",
-			    { NULL, 0, -1 } };
+			    { NULL, 0, -1, -1 } };
 	ds_st st = { &file, 1, NULL, 0, NULL, 0 };
 	ds_qconfig q = { DS_QM_AWQ, 4, 64, 1, 0, 0, 0, "config.json", "gemm" };
 	ds_st_tensor w = mk("p.qweight", DS_ST_I32, 256, 16);
