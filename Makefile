@@ -28,6 +28,7 @@ KFLAGS_avx2   = -mavx2 -mfma -mf16c
 KFLAGS_avx512 = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni \
 		-mavx512bf16 -mfma -mf16c
 KFLAGS_avxvnni = -mavx2 -mfma -mf16c -mavxvnni
+KFLAGS_amx    = $(KFLAGS_avx512) -mamx-tile -mamx-int8
 
 LIB_SRC  = $(wildcard libcore/*.c libcore/*/*.c kernels/*.c)
 LIB_OBJ  = $(LIB_SRC:%.c=$(O)/%.o)

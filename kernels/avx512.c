@@ -523,14 +523,14 @@ AI void q_mm(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
 	}
 }
 
-static void mm_q4(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
-		  size_t rs0, size_t rs1)
+void ds_avx512_mm_q4(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
+		     size_t rs0, size_t rs1)
 {
 	q_mm(w, x, y, ldy, rs0, rs1, 1);
 }
 
-static void mm_q8(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
-		  size_t rs0, size_t rs1)
+void ds_avx512_mm_q8(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
+		     size_t rs0, size_t rs1)
 {
 	q_mm(w, x, y, ldy, rs0, rs1, 0);
 }
@@ -1301,8 +1301,8 @@ void ds_kernels_fill_avx512(ds_kernels *k)
 	k->mm[DS_F32] = mm_f32;
 	k->mm[DS_F16] = mm_f16;
 	k->mm[DS_BF16] = mm_bf16;
-	k->mm[DS_Q8] = mm_q8;
-	k->mm[DS_Q4] = mm_q4;
+	k->mm[DS_Q8] = ds_avx512_mm_q8;
+	k->mm[DS_Q4] = ds_avx512_mm_q4;
 	k->quant_row = quant_row;
 	k->bf16_row = bf16_row;
 	k->kv_store = kv_store;

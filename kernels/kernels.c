@@ -14,6 +14,8 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #define DS_X86 1
 #endif
 
@@ -24,7 +26,7 @@ static char choose_err[200];
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static const char *const isa_names[DS_ISA_COUNT] = {
-	"scalar", "avx2", "avx2+avxvnni", "avx512",
+	"scalar", "avx2", "avx2+avxvnni", "avx512", "avx512+amx",
 };
 
 #ifdef DS_X86
@@ -36,9 +38,21 @@ static uint64_t xgetbv0(void)
 	return (uint64_t)hi << 32 | lo;
 }
 
+/* AMX's tile data is state the process must ask Linux for before its
+ * first tile instruction (arch_prctl ARCH_REQ_XCOMP_PERM, feature 18,
+ * XTILEDATA); granted once for all its threads. */
+static int amx_permitted(void)
+{
+#ifdef SYS_arch_prctl
+	return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+#else
+	return 0;
+#endif
+}
+
 static void detect(void)
 {
-	unsigned a, b, c, d, b7 = 0, c7 = 0, a71 = 0;
+	unsigned a, b, c, d, b7 = 0, c7 = 0, d7 = 0, a71 = 0;
 	uint64_t xcr0 = 0;
 	int avx, avx2, vnni256, avx512;
 
@@ -49,7 +63,7 @@ static void detect(void)
 	      (c & (1u << 29));
 	if (avx)
 		xcr0 = xgetbv0();
-	if (__get_cpuid_count(7, 0, &a, &b7, &c7, &d))
+	if (__get_cpuid_count(7, 0, &a, &b7, &c7, &d7))
 		__get_cpuid_count(7, 1, &a71, &b, &c, &d);
 	/* the OS saves XMM and YMM state */
 	avx2 = avx && (xcr0 & 0x6) == 0x6 && (b7 & (1u << 5));
@@ -65,6 +79,9 @@ static void detect(void)
 	supported[DS_ISA_AVX2] = avx2;
 	supported[DS_ISA_AVX2VNNI] = vnni256;
 	supported[DS_ISA_AVX512] = avx512;
+	/* AMX-TILE and AMX-INT8; the OS enables XTILECFG and XTILEDATA */
+	supported[DS_ISA_AMX] = avx512 && (d7 & (1u << 24)) && (d7 & (1u << 25)) &&
+				(xcr0 & 0x60000) == 0x60000 && amx_permitted();
 }
 #else
 static void detect(void)
@@ -95,6 +112,10 @@ static void build(void)
 						       : DS_ISA_AVX2];
 		ds_kernels_fill_avx512(&tables[DS_ISA_AVX512]);
 	}
+	if (supported[DS_ISA_AMX]) {
+		tables[DS_ISA_AMX] = tables[DS_ISA_AVX512];
+		ds_kernels_fill_amx(&tables[DS_ISA_AMX]);
+	}
 #endif
 	for (i = 0; i < DS_ISA_COUNT; i++)
 		if (supported[i])
@@ -110,14 +131,17 @@ static void build(void)
 		want = supported[DS_ISA_AVX2VNNI] ? DS_ISA_AVX2VNNI : DS_ISA_AVX2;
 	else if (strcmp(env, "avx512") == 0)
 		want = DS_ISA_AVX512;
+	else if (strcmp(env, "amx") == 0)
+		want = DS_ISA_AMX;
 	if (want < 0)
 		snprintf(choose_err, sizeof choose_err,
-			 "DS_ISA=%.40s: unknown ISA (scalar, avx2 or avx512)", env);
+			 "DS_ISA=%.40s: unknown ISA (scalar, avx2, avx512 or amx)", env);
 	else if (!supported[want])
 		snprintf(choose_err, sizeof choose_err,
 			 "DS_ISA=%s: this CPU (or OS) does not support %s", env,
-			 want == DS_ISA_AVX512 ? "AVX-512 F/BW/VL/DQ/VNNI/BF16"
-					       : "AVX2 with FMA and F16C");
+			 want == DS_ISA_AMX ? "AVX-512 with AMX-TILE and AMX-INT8"
+			 : want == DS_ISA_AVX512 ? "AVX-512 F/BW/VL/DQ/VNNI/BF16"
+						 : "AVX2 with FMA and F16C");
 	else
 		chosen = &tables[want];
 }

@@ -3,11 +3,12 @@
  *
  * kernels/scalar.c is the definition of every kernel; avx2.c (AVX2 + FMA),
  * avxvnni.c (the same with AVX-VNNI int8 dot products) and avx512.c
- * (F/BW/VL/VNNI/BF16) are optimisations of it, each compiled with its own
+ * (F/BW/VL/VNNI/BF16) are optimisations of it, amx.c those of avx512.c's
+ * q4 and q8 products that AMX does better, each compiled with its own
  * -m flags and tested against it.  The table is filled once, from CPUID and
  * XGETBV, with the best ISA the CPU and the OS support; DS_ISA=scalar|avx2|
- * avx512 in the environment forces one.  Where an ISA has no version of a
- * kernel the entry is the next one down (avx512 -> avx2 -> scalar).
+ * avx512|amx in the environment forces one.  Where an ISA has no version of
+ * a kernel the entry is the next one down (amx -> avx512 -> avx2 -> scalar).
  *
  * Kernels are single-threaded and allocate nothing; libcore/ops.h splits
  * the work across threads and owns the scratch memory.  Everything here
@@ -55,6 +56,7 @@ enum ds_isa {
 	DS_ISA_AVX2,          /* AVX2 + FMA + F16C */
 	DS_ISA_AVX2VNNI,      /* the same with AVX-VNNI */
 	DS_ISA_AVX512,        /* F, BW, VL, DQ, VNNI, BF16 */
+	DS_ISA_AMX,           /* the same with AMX-TILE and AMX-INT8 */
 	DS_ISA_COUNT
 };
 
@@ -145,7 +147,8 @@ typedef struct ds_attn_job {
 /* enum ds_rope_style is in types.h (shared with the hyper-parameters). */
 
 typedef struct ds_kernels {
-	const char *name;      /* "scalar", "avx2", "avx2+avxvnni", "avx512" */
+	const char *name;      /* "scalar", "avx2", "avx2+avxvnni", "avx512",
+				  "avx512+amx" */
 	enum ds_isa isa;
 
 	/* matrix products, indexed by enum ds_dtype (NULL for DS_I32) */
@@ -219,7 +222,7 @@ const char *ds_kernels_name(void);
 const ds_kernels *ds_kernels_isa(enum ds_isa isa);
 /* 1 if the CPU and OS support the ISA. */
 int ds_isa_supported(enum ds_isa isa);
-/* "scalar", "avx2", "avx2+avxvnni", "avx512" */
+/* "scalar", "avx2", "avx2+avxvnni", "avx512", "avx512+amx" */
 const char *ds_isa_name(enum ds_isa isa);
 
 /* Per-ISA table constructors (kernels/<isa>.c): each fills the entries it
@@ -228,5 +231,8 @@ void ds_kernels_fill_scalar(ds_kernels *k);
 void ds_kernels_fill_avx2(ds_kernels *k);
 void ds_kernels_fill_avxvnni(ds_kernels *k);
 void ds_kernels_fill_avx512(ds_kernels *k);
+void ds_kernels_fill_amx(ds_kernels *k);
+/* avx512.c's q4 and q8 products, which amx.c calls for what it leaves. */
+ds_mm_fn ds_avx512_mm_q4, ds_avx512_mm_q8;
 
 #endif

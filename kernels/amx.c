@@ -1,0 +1,331 @@
+/*
+ * amx.c - q4 and q8 matrix products of 16 activation rows or more on
+ * Intel AMX (AMX-TILE, AMX-INT8), above the AVX-512 table.  Compiled with
+ * KFLAGS_amx; reached only after CPUID said yes and the OS granted the
+ * process the tile data state (kernels.c).
+ *
+ * One tdpbsud takes 16 activation rows of a 32-block (tmm0: 16 x 32 int8,
+ * the signed operand) against a row-set's 16 rows of the block (tmm1: 8 x
+ * 64 bytes, 4 inputs of each of the 16 rows per tile row, the unsigned
+ * operand) into tmm2, 16 x 16 int32: the exact integer dot products of
+ * the block, row t of tmm2 being activation row t's 16 output rows, the
+ * lanes of the AVX-512 kernels' accumulators.  q8's chunks are that tile
+ * as they lie; q4's are split into their low and high nibbles first.
+ * From the integers on, the float operations are q_tile's (avx512.c),
+ * one conversion and one FMA per block and the group's scale and zero,
+ * in the same order, so a row's result is bit for bit the AVX-512 one
+ * and does not depend on the tile.  Fewer than 16 rows left (decode, a
+ * short prompt's tail) go to the AVX-512 kernels.
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels.h"
+
+#define AI static inline __attribute__((always_inline))
+#define TM 16   /* activation rows per tile */
+
+/* GCC 12's _tile_loadconfig and _tile_loadd do not tell the compiler
+ * they read memory (it dropped the configuration's stores as dead), so
+ * these do: TILE_LOAD of memory nothing here writes (weights,
+ * activations), TILE_LOAD_BUF of the 512 bytes the q4 split just stored. */
+#define TILE_LOAD(T, p, stride)                                               \
+	__asm__ volatile("tileloadd (%0,%1,1), %%tmm" #T                       \
+			 : : "r"((const void *)(p)), "r"((long)(stride)))
+#define TILE_LOAD_BUF(T, buf)                                                 \
+	__asm__ volatile("tileloadd (%0,%1,1), %%tmm" #T                       \
+			 : : "r"((const void *)(buf)), "r"(64L),                 \
+			   "m"(*(const uint8_t(*)[DS_QBLOCK / 4 * 64])(buf)))
+
+/* The tile configuration, palette 1 (Intel SDM, LDTILECFG). */
+struct tilecfg {
+	uint8_t palette, start_row;
+	uint8_t reserved[14];
+	uint16_t colsb[16];
+	uint8_t rows[16];
+};
+
+static void tiles_config(void)
+{
+	struct tilecfg c;
+
+	memset(&c, 0, sizeof c);
+	c.palette = 1;
+	/* activations, 16 rows of one 32-block: tmm0, tmm3; weights, 4
+	 * inputs of 16 rows a tile row: tmm1, tmm4; int32 [activation row]
+	 * [output row]: tmm2, tmm5, tmm6, tmm7 */
+	c.rows[0] = c.rows[3] = TM;
+	c.colsb[0] = c.colsb[3] = DS_QBLOCK;
+	c.rows[1] = c.rows[4] = DS_QBLOCK / 4;
+	c.colsb[1] = c.colsb[4] = 64;
+	c.rows[2] = c.rows[5] = c.rows[6] = c.rows[7] = TM;
+	c.colsb[2] = c.colsb[5] = c.colsb[6] = c.colsb[7] = 64;
+	__asm__ volatile("ldtilecfg %0" : : "m"(c));
+}
+
+#define NBR 4   /* 32-blocks per round of tile products */
+
+/* A round: nbk 32-blocks from input k, within one segment (G = 32) or one
+ * group (larger G), so their weights lie back to back from wp. */
+typedef struct round {
+	size_t k, nbk;
+	const uint8_t *wp;
+	int carry_in, carry_out;  /* a group goes on from before, past it */
+	int start[NBR], end[NBR]; /* block b starts, ends a group */
+	int j[NBR];               /* block b's group, from the round's first */
+} round;
+
+AI round round_at(const ds_mat *w, const uint8_t *rs, size_t k, const int is4)
+{
+	const size_t G = w->type.group, ng = w->kp / G, g = k / G;
+	round r;
+	size_t b;
+
+	r.k = k;
+	r.nbk = (w->kp - k) / DS_QBLOCK < NBR ? (w->kp - k) / DS_QBLOCK : NBR;
+	if (G > DS_QBLOCK && (G - k % G) / DS_QBLOCK < r.nbk)
+		r.nbk = (G - k % G) / DS_QBLOCK;
+	r.wp = rs + ds_qgrp_w(is4, G, ng, g) + (is4 ? 8 : 16) * (k - g * G);
+	r.carry_in = k % G != 0;
+	r.carry_out = (k + DS_QBLOCK * r.nbk) % G != 0;
+	for (b = 0; b < NBR; b++) {
+		const size_t kb = k + DS_QBLOCK * b;
+
+		r.start[b] = kb % G == 0;
+		r.end[b] = (kb + DS_QBLOCK) % G == 0;
+		r.j[b] = (int)(kb / G - g);
+	}
+	return r;
+}
+
+/* q4's blocks as tiles: a chunk c holds inputs 8c..8c+3 in its low
+ * nibbles, 8c+4..8c+7 in its high ones (types.h), tile rows 2c and 2c+1.
+ * (q8's chunks are the tiles as they lie.) */
+AI void unpack_q4(const round *r, uint8_t (*wb)[DS_QBLOCK / 4][64])
+{
+	const __m512i m4 = _mm512_set1_epi8(15);
+	size_t b;
+	int c;
+
+	for (b = 0; b < r->nbk; b++)
+#pragma GCC unroll 4
+		for (c = 0; c < 4; c++) {
+			__m512i v = _mm512_loadu_si512(r->wp + 256 * b + 64 * c);
+
+			_mm512_store_si512(wb[b][2 * c], _mm512_and_si512(v, m4));
+			_mm512_store_si512(wb[b][2 * c + 1],
+					   _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+		}
+}
+
+/* Block b of a round: the weights (wb, or q8's own) into tile TB, the
+ * activations into TA, their products into TC, stored to dot[b].  Blocks
+ * in turn use tiles of their own, so none waits for a tile the one before
+ * still reads. */
+#define TILE_BLOCK(b, TA, TB, TC)                                             \
+	do {                                                                  \
+		if (is4)                                                      \
+			TILE_LOAD_BUF(TB, wb[b]);                             \
+		else                                                          \
+			TILE_LOAD(TB, r->wp + 512 * (b), 64);                 \
+		TILE_LOAD(TA, xq + r->k + DS_QBLOCK * (b), ldq);              \
+		_tile_zero(TC);                                               \
+		_tile_dpbsud(TC, TA, TB);                                     \
+		_tile_stored(TC, dot[b], 64);                                 \
+	} while (0)
+
+AI void round_tiles(const round *r, uint8_t (*wb)[DS_QBLOCK / 4][64], const int8_t *xq,
+		    size_t ldq, int32_t (*dot)[TM][16], const int is4)
+{
+	TILE_BLOCK(0, 0, 1, 2);
+	if (r->nbk > 1)
+		TILE_BLOCK(1, 3, 4, 5);
+	if (r->nbk > 2)
+		TILE_BLOCK(2, 0, 1, 6);
+	if (r->nbk > 3)
+		TILE_BLOCK(3, 3, 4, 7);
+}
+
+/* The float work of a round for activation row t, as q_tile does it; a
+ * group that goes on past the round leaves its A and S in Ab, Sb. */
+AI void round_row(const round *r, const int32_t (*dot)[TM][16], int t, const float *xd,
+		  const float *xs, const __m512 *sv, const __m512 *zv, float (*Ab)[16],
+		  float *Sb, __m512 *acc, const int GC)
+{
+	const size_t b0 = r->k / DS_QBLOCK;
+	__m512 A = _mm512_setzero_ps();
+	float S = 0;
+	size_t b;
+
+	if (GC == 0 && r->carry_in) {
+		A = _mm512_load_ps(Ab[t]);
+		S = Sb[t];
+	}
+#pragma GCC unroll 4
+	for (b = 0; b < NBR; b++) {
+		if (b >= r->nbk)
+			break;
+		if ((GC ? GC == DS_QBLOCK : r->start[b]) && b > 0) {
+			A = _mm512_setzero_ps();
+			S = 0;
+		}
+		A = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(dot[b][t])),
+				    _mm512_set1_ps(xd[b0 + b]), A);
+		S += xs[b0 + b];
+		if (GC ? GC == DS_QBLOCK || b == NBR - 1 : r->end[b]) {
+			const int j = GC ? (int)b * DS_QBLOCK / GC : r->j[b];
+
+			*acc = _mm512_fmadd_ps(sv[j], _mm512_fnmadd_ps(zv[j], _mm512_set1_ps(S), A),
+					       *acc);
+		}
+	}
+	if (GC == 0 && r->carry_out) {
+		_mm512_store_ps(Ab[t], A);
+		Sb[t] = S;
+	}
+}
+
+/* The scales and zeros of the groups a round touches. */
+AI void round_scales(const ds_mat *w, const uint8_t *rs, const round *r, __m512 *sv,
+		     __m512 *zv, const int is4)
+{
+	const size_t G = w->type.group, ng = w->kp / G;
+	size_t g, j;
+
+	for (j = 0, g = r->k / G; g * G < r->k + r->nbk * DS_QBLOCK; g++, j++) {
+		sv[j] = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(rs + ds_qgrp_s(is4, G, g))));
+		zv[j] = is4 ? _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(
+				(const void *)(rs + ds_qgrp_z(G, ng, g)))))
+			    : _mm512_set1_ps(128.0f);
+	}
+}
+
+/* One row-set (rows masked by m) times activation rows t0 .. t0+15, in
+ * rounds of tile products, each round's float work done after the next
+ * round's tiles and each q4 round split a round ahead: a tile load of
+ * bytes just stored, or a vector load of a tile just stored, waits for
+ * the stores to reach the cache (a q4 block took 26 ns split just before
+ * its tile load, 5 ns alone). */
+AI void amx_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
+		 float *y, size_t ldy, __mmask16 m, const int is4, const int GC)
+{
+	const size_t kp = w->kp;
+	const size_t nb = x->ldq / DS_QBLOCK, ldq = x->ldq;
+	const int8_t *xq = x->q + t0 * ldq;
+	const float *xd = x->qd + t0 * nb, *xs = x->qs + t0 * nb;
+	int32_t dot[2][NBR][TM][16] __attribute__((aligned(64)));
+	uint8_t wb[2][NBR][DS_QBLOCK / 4][64] __attribute__((aligned(64)));
+	float Ab[TM][16] __attribute__((aligned(64))), Sb[TM];
+	__m512 acc[TM], sv[NBR], zv[NBR];
+	round cur, prev;
+	int t, i;
+
+#pragma GCC unroll 16
+	for (t = 0; t < TM; t++)
+		acc[t] = _mm512_setzero_ps();
+	memset(Ab, 0, sizeof Ab);
+	memset(Sb, 0, sizeof Sb);
+	cur = prev = round_at(w, rs, 0, is4);
+	if (is4)
+		unpack_q4(&cur, wb[0]);
+	for (i = 0;; i++) {
+		const int last = cur.k + cur.nbk * DS_QBLOCK == kp;
+		round next = cur;
+
+		if (!last) {
+			next = round_at(w, rs, cur.k + cur.nbk * DS_QBLOCK, is4);
+			if (is4)
+				unpack_q4(&next, wb[(i + 1) & 1]);
+		}
+		round_tiles(&cur, wb[i & 1], xq, ldq, dot[i & 1], is4);
+		if (i > 0) {
+			round_scales(w, rs, &prev, sv, zv, is4);
+#pragma GCC unroll 16
+			for (t = 0; t < TM; t++)
+				round_row(&prev, (const int32_t (*)[TM][16])dot[(i - 1) & 1], t,
+					  xd + t * nb, xs + t * nb, sv, zv, Ab, Sb, &acc[t], GC);
+		}
+		prev = cur;
+		if (last)
+			break;
+		cur = next;
+	}
+	round_scales(w, rs, &prev, sv, zv, is4);
+#pragma GCC unroll 16
+	for (t = 0; t < TM; t++)
+		round_row(&prev, (const int32_t (*)[TM][16])dot[i & 1], t, xd + t * nb,
+			  xs + t * nb, sv, zv, Ab, Sb, &acc[t], GC);
+#pragma GCC unroll 16
+	for (t = 0; t < TM; t++) {
+		if (m == 0xffff)
+			_mm512_storeu_ps(y + (t0 + t) * ldy, acc[t]);
+		else
+			_mm512_mask_storeu_ps(y + (t0 + t) * ldy, m, acc[t]);
+	}
+}
+
+/* One row-set times whole tiles t0 .. t1 of activation rows. */
+AI void amx_rowset(const ds_mat *w, size_t rs, const ds_act *x, size_t t0, size_t t1,
+		   float *y, size_t ldy, const int is4)
+{
+	const uint64_t left = w->n - rs * DS_ROWSET;
+	const __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+	const uint8_t *p = w->data + rs * w->rs_bytes;
+	float *yr = y + rs * DS_ROWSET;
+	size_t t;
+
+	for (t = t0; t < t1; t += TM) {
+		if (w->type.group == 32)
+			amx_tile(w, p, x, t, yr, ldy, m, is4, 32);
+		else if (w->type.group == 128)
+			amx_tile(w, p, x, t, yr, ldy, m, is4, 128);
+		else
+			amx_tile(w, p, x, t, yr, ldy, m, is4, 0);
+	}
+}
+
+/* Whole tiles of 16 activation rows here, the rest on AVX-512; blocks
+ * of RS_BLK row-sets by T_BLK rows, so that both stay in the core's L2. */
+#define RS_BLK 16
+#define T_BLK 64
+AI void amx_mm(const ds_mat *w, const ds_act *x, float *y, size_t ldy, size_t rs0,
+	       size_t rs1, const int is4)
+{
+	const size_t full = x->t / TM * TM;
+	size_t r0, rs, t0;
+
+	if (full > 0) {
+		tiles_config();
+		for (r0 = rs0; r0 < rs1; r0 += RS_BLK)
+			for (t0 = 0; t0 < full; t0 += T_BLK)
+				for (rs = r0; rs < rs1 && rs < r0 + RS_BLK; rs++)
+					amx_rowset(w, rs, x, t0, t0 + T_BLK < full ? t0 + T_BLK : full,
+						   y, ldy, is4);
+		_tile_release();
+	}
+	if (full < x->t) {
+		ds_act r = ds_act_rows(x, full, x->t - full);
+
+		(is4 ? ds_avx512_mm_q4 : ds_avx512_mm_q8)(w, &r, y + full * ldy, ldy, rs0, rs1);
+	}
+}
+
+static void mm_q4(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
+		  size_t rs0, size_t rs1)
+{
+	amx_mm(w, x, y, ldy, rs0, rs1, 1);
+}
+
+static void mm_q8(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
+		  size_t rs0, size_t rs1)
+{
+	amx_mm(w, x, y, ldy, rs0, rs1, 0);
+}
+
+void ds_kernels_fill_amx(ds_kernels *k)
+{
+	k->name = "avx512+amx";
+	k->isa = DS_ISA_AMX;
+	k->mm[DS_Q8] = mm_q8;
+	k->mm[DS_Q4] = mm_q4;
+}
