@@ -75,9 +75,10 @@ typedef struct round {
 	int j[NBR];               /* block b's group, from the round's first */
 } round;
 
-AI round round_at(const ds_mat *w, const uint8_t *rs, size_t k, const int is4)
+AI round round_at(const ds_mat *w, const uint8_t *rs, size_t k, const int is4,
+		       const int GC)
 {
-	const size_t G = w->type.group, ng = w->kp / G, g = k / G;
+	const size_t G = GC ? (size_t)GC : w->type.group, ng = w->kp / G, g = k / G;
 	round r;
 	size_t b;
 
@@ -86,6 +87,8 @@ AI round round_at(const ds_mat *w, const uint8_t *rs, size_t k, const int is4)
 	if (G > DS_QBLOCK && (G - k % G) / DS_QBLOCK < r.nbk)
 		r.nbk = (G - k % G) / DS_QBLOCK;
 	r.wp = rs + ds_qgrp_w(is4, G, ng, g) + (is4 ? 8 : 16) * (k - g * G);
+	if (GC)         /* round_row knows the rest */
+		return r;
 	r.carry_in = k % G != 0;
 	r.carry_out = (k + DS_QBLOCK * r.nbk) % G != 0;
 	for (b = 0; b < NBR; b++) {
@@ -187,9 +190,9 @@ AI void round_row(const round *r, const int32_t (*dot)[TM][16], int t, const flo
 
 /* The scales and zeros of the groups a round touches. */
 AI void round_scales(const ds_mat *w, const uint8_t *rs, const round *r, __m512 *sv,
-		     __m512 *zv, const int is4)
+		     __m512 *zv, const int is4, const int GC)
 {
-	const size_t G = w->type.group, ng = w->kp / G;
+	const size_t G = GC ? (size_t)GC : w->type.group, ng = w->kp / G;
 	size_t g, j;
 
 	for (j = 0, g = r->k / G; g * G < r->k + r->nbk * DS_QBLOCK; g++, j++) {
@@ -225,7 +228,7 @@ AI void amx_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
 		acc[t] = _mm512_setzero_ps();
 	memset(Ab, 0, sizeof Ab);
 	memset(Sb, 0, sizeof Sb);
-	cur = prev = round_at(w, rs, 0, is4);
+	cur = prev = round_at(w, rs, 0, is4, GC);
 	if (is4)
 		unpack_q4(&cur, wb[0]);
 	for (i = 0;; i++) {
@@ -233,13 +236,13 @@ AI void amx_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
 		round next = cur;
 
 		if (!last) {
-			next = round_at(w, rs, cur.k + cur.nbk * DS_QBLOCK, is4);
+			next = round_at(w, rs, cur.k + cur.nbk * DS_QBLOCK, is4, GC);
 			if (is4)
 				unpack_q4(&next, wb[(i + 1) & 1]);
 		}
 		round_tiles(&cur, wb[i & 1], xq, ldq, dot[i & 1], is4);
 		if (i > 0) {
-			round_scales(w, rs, &prev, sv, zv, is4);
+			round_scales(w, rs, &prev, sv, zv, is4, GC);
 #pragma GCC unroll 16
 			for (t = 0; t < TM; t++)
 				round_row(&prev, (const int32_t (*)[TM][16])dot[(i - 1) & 1], t,
@@ -250,7 +253,7 @@ AI void amx_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
 			break;
 		cur = next;
 	}
-	round_scales(w, rs, &prev, sv, zv, is4);
+	round_scales(w, rs, &prev, sv, zv, is4, GC);
 #pragma GCC unroll 16
 	for (t = 0; t < TM; t++)
 		round_row(&prev, (const int32_t (*)[TM][16])dot[i & 1], t, xd + t * nb,
@@ -322,10 +325,46 @@ static void mm_q8(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
 	amx_mm(w, x, y, ldy, rs0, rs1, 0);
 }
 
+/* The int8 peak: tdpbsud on whole 16 x 64-byte tiles, four products
+ * into four accumulators in turn (each is 16 x 16 x 64 multiply-adds). */
+static uint64_t peak_probe(int kind, uint64_t iters)
+{
+	static const int8_t a[TM][64];
+	static const uint8_t b[16][64];
+	struct tilecfg c;
+	uint64_t i;
+	int t;
+
+	if (kind != DS_PEAK_INT8)
+		return ds_avx512_peak_probe(kind, iters);
+	memset(&c, 0, sizeof c);
+	c.palette = 1;
+	for (t = 0; t < 8; t++) {
+		c.rows[t] = 16;
+		c.colsb[t] = 64;
+	}
+	__asm__ volatile("ldtilecfg %0" : : "m"(c));
+	TILE_LOAD(0, a, 64);
+	TILE_LOAD(1, b, 64);
+	_tile_zero(4);
+	_tile_zero(5);
+	_tile_zero(6);
+	_tile_zero(7);
+	for (i = 0; i < iters; i++) {
+		_tile_dpbsud(4, 0, 1);
+		_tile_dpbsud(5, 0, 1);
+		_tile_dpbsud(6, 0, 1);
+		_tile_dpbsud(7, 0, 1);
+	}
+	_tile_release();
+	return iters * 4 * 16 * 16 * 64;
+}
+
 void ds_kernels_fill_amx(ds_kernels *k)
 {
 	k->name = "avx512+amx";
 	k->isa = DS_ISA_AMX;
 	k->mm[DS_Q8] = mm_q8;
 	k->mm[DS_Q4] = mm_q4;
+	k->peak_probe = peak_probe;
 }

@@ -1270,7 +1270,7 @@ static uint64_t read_probe(const uint8_t *p, size_t n)
 		}                                                           \
 	} while (0)
 
-static uint64_t peak_probe(int kind, uint64_t iters)
+uint64_t ds_avx512_peak_probe(int kind, uint64_t iters)
 {
 	__m512i w = _mm512_set1_epi8(3), x = _mm512_set1_epi8(5);
 	__m512 fw = _mm512_set1_ps(1.0f), fx = _mm512_set1_ps(1e-9f);
@@ -1315,5 +1315,5 @@ void ds_kernels_fill_avx512(ds_kernels *k)
 	k->rope = rope;
 	k->attn = attn;
 	k->read_probe = read_probe;
-	k->peak_probe = peak_probe;
+	k->peak_probe = ds_avx512_peak_probe;
 }

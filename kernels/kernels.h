@@ -204,7 +204,8 @@ typedef struct ds_kernels {
 } ds_kernels;
 
 enum {
-	DS_PEAK_INT8,   /* u8 x s8 (vpdpbusd; vpmaddubsw + vpmaddwd on AVX2) */
+	DS_PEAK_INT8,   /* u8 x s8 (vpdpbusd; vpmaddubsw + vpmaddwd on AVX2;
+			   tdpbsud on AMX) */
 	DS_PEAK_BF16,   /* bf16 pairs (vdpbf16ps; FMA on bf16 widened to fp32) */
 	DS_PEAK_FP32,   /* fp32 FMA */
 };
@@ -232,7 +233,9 @@ void ds_kernels_fill_avx2(ds_kernels *k);
 void ds_kernels_fill_avxvnni(ds_kernels *k);
 void ds_kernels_fill_avx512(ds_kernels *k);
 void ds_kernels_fill_amx(ds_kernels *k);
-/* avx512.c's q4 and q8 products, which amx.c calls for what it leaves. */
+/* avx512.c's q4 and q8 products and peaks, which amx.c calls for what it
+ * leaves. */
 ds_mm_fn ds_avx512_mm_q4, ds_avx512_mm_q8;
+uint64_t ds_avx512_peak_probe(int kind, uint64_t iters);
 
 #endif

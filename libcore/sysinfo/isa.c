@@ -19,11 +19,12 @@ const char *ds_isa_from_flags(const char *flags)
 		"avx512f", "avx512dq", "avx512bw", "avx512vl", "avx512_vnni",
 		"avx512_bf16", NULL,
 	};
+	static const char *const amx[] = { "amx_tile", "amx_int8", NULL };
 
 	if (!all(flags, avx2))
 		return ds_isa_name(DS_ISA_SCALAR);
 	if (all(flags, avx512))
-		return ds_isa_name(DS_ISA_AVX512);
+		return ds_isa_name(all(flags, amx) ? DS_ISA_AMX : DS_ISA_AVX512);
 	if (ds_word_in(flags, "avx_vnni"))
 		return ds_isa_name(DS_ISA_AVX2VNNI);
 	return ds_isa_name(DS_ISA_AVX2);

@@ -189,7 +189,9 @@ int ds_interrupts_parse(const char *text, ds_irq **out, int *n, ds_err *err);
 /* The kernel ISA (ds_isa_name's names) of a CPU with these /proc/cpuinfo
  * flags, by the rule the kernels apply to CPUID: avx2 needs AVX, FMA,
  * F16C and AVX2; avx2+avxvnni adds AVX-VNNI; avx512 adds AVX-512 F, DQ,
- * BW, VL, VNNI and BF16. */
+ * BW, VL, VNNI and BF16; avx512+amx adds AMX-TILE and AMX-INT8 (Linux
+ * lists them only where it supports their state; the kernels also ask it
+ * for the state, which a seccomp filter could refuse). */
 const char *ds_isa_from_flags(const char *flags);
 
 #endif

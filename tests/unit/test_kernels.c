@@ -416,6 +416,28 @@ static void test_mm_large(void)
 	       worst[0], worst[1]);
 }
 
+/* Tiles of 16 activation rows and the rows past them (AMX takes the tiles,
+ * AVX-512 the rest; check_mm holds each row to its product alone, bit for
+ * bit): groups of one block to eight (a group over two of AMX's rounds of
+ * four blocks), k of 3 blocks, k not a multiple of G, a partial row-set. */
+static void test_mm_tiles(void)
+{
+	static const ds_ttype types[] = {
+		{ DS_Q4, 32 }, { DS_Q4, 64 }, { DS_Q4, 128 }, { DS_Q4, 256 },
+		{ DS_Q8, 32 }, { DS_Q8, 128 }, { DS_Q8, 256 },
+	};
+	static const size_t ks[] = { 96, 1000, 2048 + 96 }, nts[] = { 16, 17, 37 };
+	double worst[2] = { 0, 0 };
+	size_t ti, ki, ni;
+
+	for (ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+		for (ki = 0; ki < 3; ki++)
+			for (ni = 0; ni < 3; ni++)
+				check_mm(types[ti], 40, ks[ki], nts[ni], 0, worst);
+	printf("# worst |isa - scalar| / budget %.3g, |scalar - ref| / bound %.3g\n",
+	       worst[0], worst[1]);
+}
+
 /* Integer-valued data: every ISA equals the exact result. */
 static void test_mm_exact(void)
 {
@@ -429,6 +451,7 @@ static void test_mm_exact(void)
 		check_mm(mm_types[ti], 16, k - 32 + 5, 1, 1, worst);
 		check_mm(mm_types[ti], 200, k - 32 + 5, 1, 1, worst);
 		check_mm(mm_types[ti], 7, 64, 9, 1, worst);
+		check_mm(mm_types[ti], 35, k, 21, 1, worst);
 		/* every product at its largest, rows of +127 and -127: no
 		 * 16-bit partial sum of a kernel may saturate */
 		check_mm(mm_types[ti], 40, 512, 2, 2, worst);
@@ -966,6 +989,7 @@ int main(int argc, char **argv)
 	T_RUN(test_mm_exact);
 	T_RUN(test_mm_random);
 	T_RUN(test_mm_large);
+	T_RUN(test_mm_tiles);
 	T_RUN(test_elementwise);
 	T_RUN(test_rope);
 	T_RUN(test_kv_store);

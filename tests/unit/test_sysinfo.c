@@ -391,6 +391,10 @@ static void test_isa(void)
 
 	snprintf(buf, sizeof buf, "%s avx512_bf16", v4);
 	T_CHECK(!strcmp(ds_isa_from_flags(buf), "avx512"));
+	snprintf(buf, sizeof buf, "%s avx512_bf16 amx_bf16 amx_tile amx_int8", v4);
+	T_CHECK(!strcmp(ds_isa_from_flags(buf), "avx512+amx"));
+	snprintf(buf, sizeof buf, "%s avx512_bf16 amx_tile", v4);
+	T_CHECK(!strcmp(ds_isa_from_flags(buf), "avx512"));
 	T_CHECK(!strcmp(ds_isa_from_flags(v4), "avx2"));
 	snprintf(buf, sizeof buf, "%s avx_vnni", v4);
 	T_CHECK(!strcmp(ds_isa_from_flags(buf), "avx2+avxvnni"));
