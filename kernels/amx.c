@@ -188,6 +188,34 @@ AI void round_row(const round *r, const int32_t (*dot)[TM][16], int t, const flo
 	}
 }
 
+/* round_row for G = 32 (a group per block), the 16 rows' independent
+ * chains side by side: the same operations per row in the same order. */
+AI void round_rows32(const round *r, const int32_t (*dot)[TM][16], const float *xd,
+		     const float *xs, size_t nb, const __m512 *sv, const __m512 *zv,
+		     __m512 *acc)
+{
+	const size_t b0 = r->k / DS_QBLOCK;
+	size_t b;
+	int t;
+
+#pragma GCC unroll 4
+	for (b = 0; b < NBR; b++) {
+		if (b >= r->nbk)
+			break;
+#pragma GCC unroll 16
+		for (t = 0; t < TM; t++) {
+			__m512 A = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(dot[b][t])),
+						   _mm512_set1_ps(xd[t * nb + b0 + b]),
+						   _mm512_setzero_ps());
+			float S = 0;
+
+			S += xs[t * nb + b0 + b];
+			acc[t] = _mm512_fmadd_ps(sv[b], _mm512_fnmadd_ps(zv[b], _mm512_set1_ps(S), A),
+						 acc[t]);
+		}
+	}
+}
+
 /* The scales and zeros of the groups a round touches. */
 AI void round_scales(const ds_mat *w, const uint8_t *rs, const round *r, __m512 *sv,
 		     __m512 *zv, const int is4, const int GC)
@@ -241,7 +269,11 @@ AI void amx_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
 				unpack_q4(&next, wb[(i + 1) & 1]);
 		}
 		round_tiles(&cur, wb[i & 1], xq, ldq, dot[i & 1], is4);
-		if (i > 0) {
+		if (i > 0 && GC == DS_QBLOCK) {
+			round_scales(w, rs, &prev, sv, zv, is4, GC);
+			round_rows32(&prev, (const int32_t (*)[TM][16])dot[(i - 1) & 1], xd, xs,
+				     nb, sv, zv, acc);
+		} else if (i > 0) {
 			round_scales(w, rs, &prev, sv, zv, is4, GC);
 #pragma GCC unroll 16
 			for (t = 0; t < TM; t++)
