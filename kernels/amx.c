@@ -189,7 +189,10 @@ AI void round_row(const round *r, const int32_t (*dot)[TM][16], int t, const flo
 }
 
 /* round_row for G = 32 (a group per block), the 16 rows' independent
- * chains side by side: the same operations per row in the same order. */
+ * chains side by side: the same operations per row in the same order.
+ * q4g32 5632x2048 by 512 rows, 2 threads: 0.76-0.79 TOP/s against
+ * 0.67-0.70 a row at a time (for G = 128, eight rows side by side made no
+ * difference). */
 AI void round_rows32(const round *r, const int32_t (*dot)[TM][16], const float *xd,
 		     const float *xs, size_t nb, const __m512 *sv, const __m512 *zv,
 		     __m512 *acc)
@@ -320,7 +323,9 @@ AI void amx_rowset(const ds_mat *w, size_t rs, const ds_act *x, size_t t0, size_
 }
 
 /* Whole tiles of 16 activation rows here, the rest on AVX-512; blocks
- * of RS_BLK row-sets by T_BLK rows, so that both stay in the core's L2. */
+ * of RS_BLK row-sets by T_BLK rows, so that both stay in the core's L2
+ * (q4g32 5632x2048 by 512 rows: 0.64-0.70 TOP/s against 0.50-0.54 a
+ * row-set by all rows; 32 rows 0.71, 128 by 8 row-sets 0.59). */
 #define RS_BLK 16
 #define T_BLK 64
 AI void amx_mm(const ds_mat *w, const ds_act *x, float *y, size_t ldy, size_t rs0,
