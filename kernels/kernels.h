@@ -93,7 +93,8 @@ typedef struct ds_act {
 	/* q4, q8 weights: int8 blocks, zero past k up to the matrix's kp */
 	const int8_t *q;       /* [t][ldq] */
 	const float *qd;       /* [t][ldq / 32] block scale d */
-	const float *qs;       /* [t][ldq / 32] d * (sum of the block's q) */
+	const float *qs;       /* [t][ldq / 32] d * (sum of the block's q),
+				  never -0 (d >= 0) */
 	size_t ldq;            /* multiple of 64 */
 } ds_act;
 
