@@ -503,3 +503,23 @@ print(t[:t.index(sys.argv[2])])' "$T/full" "$stop")
 	[ ! -e "$T/int.f32.tmp" ]
 	[ ! -e "$T/int.f32" ]
 }
+
+@test "AMX prefill (avx512+amx): logits byte for byte those of avx512 (48-token prompts: three tiles)" {
+	DS_ISA=amx run "$DS_BIN"/ds-run -m "$M/ds3-awq" --ids -n 0 --logits-out "$T/amx.f32" \
+		<"$M/ds3-awq.ids"
+	[ "$status" -eq 0 ] || skip "no AMX here: $output"
+	"$DS_BIN"/ds-convert --model-path "$T/hf-llama" --output-dir "$M/llama-q8" --quantize q8 \
+		--quiet
+	"$DS_BIN"/ds-convert --model-path "$T/hf-llama" --output-dir "$M/llama-q4g128" \
+		--quantize q4 --group-size 128 --quiet
+	for n in ds3-awq ds2-gptq llama-q8:llama llama-q4g128:llama; do
+		m=${n%%:*} ids=${n##*:}
+		for isa in amx avx512; do
+			DS_ISA=$isa run "$DS_BIN"/ds-run -m "$M/$m" --ids -n 2 --temp 0 \
+				--logits-out "$T/$m-$isa.f32" <"$M/$ids.ids"
+			[ "$status" -eq 0 ]
+		done
+		[ -s "$T/$m-amx.f32" ]
+		cmp "$T/$m-amx.f32" "$T/$m-avx512.f32"
+	done
+}

@@ -954,6 +954,10 @@ static void test_dispatch(void)
 		T_CHECK(child_init("avx512", msg, sizeof msg) == 0 && strcmp(msg, "avx512") == 0);
 	else
 		T_CHECK(child_init("avx512", msg, sizeof msg) == 1 && strstr(msg, "does not support") != NULL);
+	if (ds_isa_supported(DS_ISA_AMX))
+		T_CHECK(child_init("amx", msg, sizeof msg) == 0 && strcmp(msg, "avx512+amx") == 0);
+	else
+		T_CHECK(child_init("amx", msg, sizeof msg) == 1 && strstr(msg, "AMX") != NULL);
 	if (ds_isa_supported(DS_ISA_AVX2))
 		T_CHECK(child_init("avx2", msg, sizeof msg) == 0 && strncmp(msg, "avx2", 4) == 0);
 	/* every supported table is complete */
