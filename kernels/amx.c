@@ -413,6 +413,7 @@ void ds_kernels_fill_amx(ds_kernels *k)
 {
 	k->name = "avx512+amx";
 	k->isa = DS_ISA_AMX;
+	k->mm_rows = 16;
 	k->mm[DS_Q8] = mm_q8;
 	k->mm[DS_Q4] = mm_q4;
 	k->peak_probe = peak_probe;

@@ -154,6 +154,9 @@ typedef struct ds_kernels {
 
 	/* matrix products, indexed by enum ds_dtype (NULL for DS_I32) */
 	ds_mm_fn *mm[DS_NDTYPE];
+	/* activation rows a product call takes whole: the callers' blocks of
+	 * rows are multiples of it (the tiles: 4 and 6 rows, AMX's 16) */
+	unsigned mm_rows;
 
 	/* ---- activation preparation, one row ----
 	 * The input value i is x[p(i)] * nw[p(i)] * nscale for i < k with

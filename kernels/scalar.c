@@ -397,6 +397,7 @@ void ds_kernels_fill_scalar(ds_kernels *k)
 {
 	k->name = "scalar";
 	k->isa = DS_ISA_SCALAR;
+	k->mm_rows = 12;
 	k->mm[DS_F32] = mm_rowmajor;
 	k->mm[DS_F16] = mm_rowmajor;
 	k->mm[DS_BF16] = mm_bf16;

@@ -254,7 +254,7 @@ static void mm_sets(struct mm_job *j, size_t b, size_t e, size_t tb, size_t nt,
 static void mm_fn(void *arg, int ith, int nth)
 {
 	struct mm_job *j = arg;
-	size_t b, e, tb, TB = ops_tb(j->need, j->kp);
+	size_t b, e, tb, TB = ops_tb(j->c, j->need, j->kp);
 	int need = j->direct_f ? j->need & ~NEED_F : j->need;
 
 	if (j->t == 1 && nth > 1) {
@@ -307,7 +307,7 @@ static void mm_group(ds_ctx *c, const ds_in *in, const ds_mm_out *outs,
 	j.kp = ds_round_up(j.kp, DS_QBLOCK);
 	j.n = n;
 	j.direct_f = in->norm == NULL && j.perm == NULL;
-	if (t <= ops_tb(j.need, j.kp))
+	if (t <= ops_tb(c, j.need, j.kp))
 		ops_steal_init(c, j.sets[n]);
 	ops_run(c, mm_fn, &j);
 }
@@ -511,7 +511,7 @@ static void ffn_block(struct ffn_job *j, int ith, size_t b, size_t e,
 /* One pass over one block of rows: the row-sets claimed as they go. */
 static int ffn_steals(const struct ffn_job *j)
 {
-	return !j->two_pass && j->t <= ops_tb(need_of(j->gate->type) | need_of(j->up->type), j->kp);
+	return !j->two_pass && j->t <= ops_tb(j->c, need_of(j->gate->type) | need_of(j->up->type), j->kp);
 }
 
 /* Units [b, e) of the fused row (ffn_pair) into c->gu: gate's row-set u
@@ -554,7 +554,7 @@ static void ffn_fn(void *arg, int ith, int nth)
 {
 	struct ffn_job *j = arg;
 	int ng = need_of(j->gate->type), nu = need_of(j->up->type), pass;
-	size_t b, e, tb, TB = ops_tb(ng | nu, j->kp);
+	size_t b, e, tb, TB = ops_tb(j->c, ng | nu, j->kp);
 
 	if (j->sets) {
 		ffn_row_fused(j, ith, nth);
@@ -642,7 +642,7 @@ void ds_ffn_gate_up(ds_ctx *c, const ds_mat *gate, const ds_mat *up,
  * width, as many as fit there (ffn_pass). */
 size_t ops_ffn_rows(const ds_ctx *c, const ds_mat *down)
 {
-	size_t r = ops_tb(down ? need_of(down->type) : NEED_Q, down ? down->kp : c->cfg.max_ff);
+	size_t r = ops_tb(c, down ? need_of(down->type) : NEED_Q, down ? down->kp : c->cfg.max_ff);
 
 	return r < c->cfg.max_rows ? r : c->cfg.max_rows;
 }

@@ -110,7 +110,7 @@ static void gate_up_item(struct moe_job *j, int ith, size_t item, int pass)
 	ds_mat g = ds_mat_expert(j->gate, (uint64_t)ex), u = ds_mat_expert(j->up, (uint64_t)ex);
 	float *tg = ops_thr(j->c, ith), *tu = tg + TB_MAX * DS_ROWSET;
 	size_t ff = j->c->cfg.moe_ff, nv = g.n - rs * DS_ROWSET, tb, t;
-	size_t TB = ops_tb(need_of(g.type) | need_of(u.type), g.kp);
+	size_t TB = ops_tb(j->c, need_of(g.type) | need_of(u.type), g.kp);
 
 	nv = nv < DS_ROWSET ? nv : DS_ROWSET;
 	for (tb = r0; tb < r1; tb += TB) {
@@ -205,7 +205,7 @@ static void down_share(struct moe_job *j, int ith, int nth)
 {
 	const ds_kernels *K = j->c->kern;
 	float *tile = ops_thr(j->c, ith);
-	size_t b, e, rs, a, tb, t, TB = ops_tb(need_of(j->down->type), j->down->kp);
+	size_t b, e, rs, a, tb, t, TB = ops_tb(j->c, need_of(j->down->type), j->down->kp);
 
 	if (moe_steals(j)) {
 		while (ops_steal_next(j->c, ith, nth, STEAL_MIN, &b, &e))

@@ -971,7 +971,8 @@ static void test_dispatch(void)
 				holes += k->mm[j] == NULL;
 			holes += !k->quant_row || !k->bf16_row || !k->sumsq || !k->rmsnorm ||
 				 !k->softmax || !k->silu_mul || !k->add || !k->axpy || !k->rope ||
-				 !k->dequant_row || !k->kv_store || !k->attn;
+				 !k->dequant_row || !k->kv_store || !k->attn ||
+				 k->mm_rows == 0 || k->mm_rows % 4 != 0;
 		}
 		T_CHECK(holes == 0);
 	}
