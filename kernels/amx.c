@@ -154,8 +154,9 @@ AI void round_tiles(const round *r, uint8_t (*wb)[DS_QBLOCK / 4][64], const int8
 		TILE_BLOCK(3, 3, 4, 7);
 }
 
-/* The float work of a round for activation row t, as q_tile does it; a
- * group that goes on past the round leaves its A and S in Ab, Sb. */
+/* The float work of a round for activation row t, as q_tile does it, for
+ * G = 128 (GC: a round is one group) or any G (GC = 0: a group that goes
+ * on past the round leaves its A and S in Ab, Sb). */
 AI void round_row(const round *r, const int32_t (*dot)[TM][16], int t, const float *xd,
 		  const float *xs, const __m512 *sv, const __m512 *zv, float (*Ab)[16],
 		  float *Sb, __m512 *acc, const int GC)
@@ -173,15 +174,15 @@ AI void round_row(const round *r, const int32_t (*dot)[TM][16], int t, const flo
 	for (b = 0; b < NBR; b++) {
 		if (b >= r->nbk)
 			break;
-		if ((GC ? GC == DS_QBLOCK : r->start[b]) && b > 0) {
+		if (GC == 0 && r->start[b] && b > 0) {
 			A = _mm512_setzero_ps();
 			S = 0;
 		}
 		A = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(dot[b][t])),
 				    _mm512_set1_ps(xd[b0 + b]), A);
 		S += xs[b0 + b];
-		if (GC ? GC == DS_QBLOCK || b == NBR - 1 : r->end[b]) {
-			const int j = GC ? (int)b * DS_QBLOCK / GC : r->j[b];
+		if (GC ? b == NBR - 1 : r->end[b]) {
+			const int j = GC ? 0 : r->j[b];
 
 			*acc = _mm512_fmadd_ps(sv[j], _mm512_fnmadd_ps(zv[j], _mm512_set1_ps(S), A),
 					       *acc);
@@ -242,6 +243,24 @@ AI void round_scales(const ds_mat *w, const uint8_t *rs, const round *r, __m512 
 	}
 }
 
+/* The float work of round r, its integer products in dot. */
+AI void round_floats(const ds_mat *w, const uint8_t *rs, const round *r,
+		     const int32_t (*dot)[TM][16], const float *xd, const float *xs, size_t nb,
+		     float (*Ab)[16], float *Sb, __m512 *acc, const int is4, const int GC)
+{
+	__m512 sv[NBR], zv[NBR];
+	int t;
+
+	round_scales(w, rs, r, sv, zv, is4, GC);
+	if (GC == DS_QBLOCK) {
+		round_rows32(r, dot, xd, xs, nb, sv, zv, acc);
+		return;
+	}
+#pragma GCC unroll 16
+	for (t = 0; t < TM; t++)
+		round_row(r, dot, t, xd + t * nb, xs + t * nb, sv, zv, Ab, Sb, &acc[t], GC);
+}
+
 /* One row-set (rows masked by m) times activation rows t0 .. t0+15, in
  * rounds of tile products, each round's float work done after the next
  * round's tiles and each q4 round split a round ahead: a tile load of
@@ -258,15 +277,17 @@ AI void amx_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
 	int32_t dot[2][NBR][TM][16] __attribute__((aligned(64)));
 	uint8_t wb[2][NBR][DS_QBLOCK / 4][64] __attribute__((aligned(64)));
 	float Ab[TM][16] __attribute__((aligned(64))), Sb[TM];
-	__m512 acc[TM], sv[NBR], zv[NBR];
+	__m512 acc[TM];
 	round cur, prev;
 	int t, i;
 
 #pragma GCC unroll 16
 	for (t = 0; t < TM; t++)
 		acc[t] = _mm512_setzero_ps();
-	memset(Ab, 0, sizeof Ab);
-	memset(Sb, 0, sizeof Sb);
+	if (GC == 0) {  /* read only where a group spans rounds */
+		memset(Ab, 0, sizeof Ab);
+		memset(Sb, 0, sizeof Sb);
+	}
 	cur = prev = round_at(w, rs, 0, is4, GC);
 	if (is4)
 		unpack_q4(&cur, wb[0]);
@@ -280,27 +301,16 @@ AI void amx_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
 				unpack_q4(&next, wb[(i + 1) & 1]);
 		}
 		round_tiles(&cur, wb[i & 1], xq, ldq, dot[i & 1], is4);
-		if (i > 0 && GC == DS_QBLOCK) {
-			round_scales(w, rs, &prev, sv, zv, is4, GC);
-			round_rows32(&prev, (const int32_t (*)[TM][16])dot[(i - 1) & 1], xd, xs,
-				     nb, sv, zv, acc);
-		} else if (i > 0) {
-			round_scales(w, rs, &prev, sv, zv, is4, GC);
-#pragma GCC unroll 16
-			for (t = 0; t < TM; t++)
-				round_row(&prev, (const int32_t (*)[TM][16])dot[(i - 1) & 1], t,
-					  xd + t * nb, xs + t * nb, sv, zv, Ab, Sb, &acc[t], GC);
-		}
+		if (i > 0)
+			round_floats(w, rs, &prev, (const int32_t (*)[TM][16])dot[(i - 1) & 1],
+				     xd, xs, nb, Ab, Sb, acc, is4, GC);
 		prev = cur;
 		if (last)
 			break;
 		cur = next;
 	}
-	round_scales(w, rs, &prev, sv, zv, is4, GC);
-#pragma GCC unroll 16
-	for (t = 0; t < TM; t++)
-		round_row(&prev, (const int32_t (*)[TM][16])dot[i & 1], t, xd + t * nb,
-			  xs + t * nb, sv, zv, Ab, Sb, &acc[t], GC);
+	round_floats(w, rs, &prev, (const int32_t (*)[TM][16])dot[i & 1], xd, xs, nb, Ab, Sb,
+		     acc, is4, GC);
 #pragma GCC unroll 16
 	for (t = 0; t < TM; t++) {
 		if (m == 0xffff)
@@ -310,28 +320,25 @@ AI void amx_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
 	}
 }
 
-/* One row-set times whole tiles t0 .. t1 of activation rows. */
-AI void amx_rowset(const ds_mat *w, size_t rs, const ds_act *x, size_t t0, size_t t1,
-		   float *y, size_t ldy, const int is4)
+/* One row-set times the tile of activation rows from t0. */
+AI void amx_rowset(const ds_mat *w, size_t rs, const ds_act *x, size_t t0, float *y,
+		   size_t ldy, const int is4)
 {
 	const uint64_t left = w->n - rs * DS_ROWSET;
 	const __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
 	const uint8_t *p = w->data + rs * w->rs_bytes;
 	float *yr = y + rs * DS_ROWSET;
-	size_t t;
 
-	for (t = t0; t < t1; t += TM) {
-		if (w->type.group == 32)
-			amx_tile(w, p, x, t, yr, ldy, m, is4, 32);
-		else if (w->type.group == 128)
-			amx_tile(w, p, x, t, yr, ldy, m, is4, 128);
-		else
-			amx_tile(w, p, x, t, yr, ldy, m, is4, 0);
-	}
+	if (w->type.group == 32)
+		amx_tile(w, p, x, t0, yr, ldy, m, is4, 32);
+	else if (w->type.group == 128)
+		amx_tile(w, p, x, t0, yr, ldy, m, is4, 128);
+	else
+		amx_tile(w, p, x, t0, yr, ldy, m, is4, 0);
 }
 
-/* Whole tiles of 16 activation rows here, the rest on AVX-512; blocks
- * of RS_BLK row-sets by T_BLK rows, so that both stay in the core's L2
+/* Whole tiles of 16 activation rows here, the rest on AVX-512; each tile
+ * through RS_BLK row-sets in turn, so that both stay in the core's L2
  * (q4g32 5632x2048 by 512 rows: 0.64-0.70 TOP/s against 0.50-0.54 a
  * row-set by all rows).  By 512 rows, two alternations, TOP/s for q8g32
  * 5632x2048, q4g32 2048x5632 and 5632x2048: 16 by 16 rows 0.81-0.82,
@@ -339,7 +346,6 @@ AI void amx_rowset(const ds_mat *w, size_t rs, const ds_act *x, size_t t0, size_
  * 0.73, 0.74-0.76 (TinyLlama q8 pp512 281-285 -> 294-299 t/s); 8 or 32
  * row-sets by 32 rows as 16 by 32. */
 #define RS_BLK 16
-#define T_BLK 16
 AI void amx_mm(const ds_mat *w, const ds_act *x, float *y, size_t ldy, size_t rs0,
 	       size_t rs1, const int is4)
 {
@@ -349,10 +355,9 @@ AI void amx_mm(const ds_mat *w, const ds_act *x, float *y, size_t ldy, size_t rs
 	if (full > 0) {
 		tiles_config();
 		for (r0 = rs0; r0 < rs1; r0 += RS_BLK)
-			for (t0 = 0; t0 < full; t0 += T_BLK)
+			for (t0 = 0; t0 < full; t0 += TM)
 				for (rs = r0; rs < rs1 && rs < r0 + RS_BLK; rs++)
-					amx_rowset(w, rs, x, t0, t0 + T_BLK < full ? t0 + T_BLK : full,
-						   y, ldy, is4);
+					amx_rowset(w, rs, x, t0, y, ldy, is4);
 		_tile_release();
 	}
 	if (full < x->t) {
