@@ -12,9 +12,10 @@
  * lanes of the AVX-512 kernels' accumulators.  q8's chunks are that tile
  * as they lie; q4's are split into their low and high nibbles first.
  * From the integers on, the float operations are q_tile's (avx512.c),
- * one conversion and one FMA per block and the group's scale and zero,
- * in the same order, so a row's result is bit for bit the AVX-512 one
- * and does not depend on the tile.  Fewer than 16 rows left (decode, a
+ * one conversion and one FMA per block and the group's scale and zero
+ * (q8g32's zero folded into the block's FMA: kernels.h DS_Q8_FOLD), in
+ * the same order, so a row's result is bit for bit the AVX-512 one and
+ * does not depend on the tile.  Fewer than 16 rows left (decode, a
  * short prompt's tail) go to the AVX-512 kernels.
  *
  * The tile instructions do not overlap the vector ones on the Xeon this
@@ -23,6 +24,7 @@
  * float work per block (kept for bit-identity with decode) bounds it.
  */
 #include <immintrin.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels.h"
@@ -69,6 +71,24 @@ static void tiles_config(void)
 }
 
 #define NBR 4   /* 32-blocks per round of tile products */
+
+/* An activation tile's block scales d and sums s, block b of row t at
+ * [t ts + b]: ds_act's qd and qs.  q8g32 reads ds_act.qt instead, d and
+ * -128 s (the term its block FMA adds, DS_Q8_FOLD) at [b bs + t]. */
+typedef struct tscales {
+	const float *d, *s;
+	size_t ts, bs;
+} tscales;
+
+AI float sc_d(const tscales *sc, int t, size_t b, const int qt)
+{
+	return qt ? sc->d[b * sc->bs + (size_t)t] : sc->d[(size_t)t * sc->ts + b];
+}
+
+AI float sc_s(const tscales *sc, int t, size_t b, const int qt)
+{
+	return qt ? sc->s[b * sc->bs + (size_t)t] : sc->s[(size_t)t * sc->ts + b];
+}
 
 /* A round: nbk 32-blocks from input k, within one segment (G = 32) or one
  * group (larger G), so their weights lie back to back from wp. */
@@ -157,8 +177,8 @@ AI void round_tiles(const round *r, uint8_t (*wb)[DS_QBLOCK / 4][64], const int8
 /* The float work of a round for activation row t, as q_tile does it, for
  * G = 128 (GC: a round is one group) or any G (GC = 0: a group that goes
  * on past the round leaves its A and S in Ab, Sb). */
-AI void round_row(const round *r, const int32_t (*dot)[TM][16], int t, const float *xd,
-		  const float *xs, const __m512 *sv, const __m512 *zv, float (*Ab)[16],
+AI void round_row(const round *r, const int32_t (*dot)[TM][16], int t, const tscales *sc,
+		  const __m512 *sv, const __m512 *zv, float (*Ab)[16],
 		  float *Sb, __m512 *acc, const int GC)
 {
 	const size_t b0 = r->k / DS_QBLOCK;
@@ -179,8 +199,8 @@ AI void round_row(const round *r, const int32_t (*dot)[TM][16], int t, const flo
 			S = 0;
 		}
 		A = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(dot[b][t])),
-				    _mm512_set1_ps(xd[b0 + b]), A);
-		S += xs[b0 + b];
+				    _mm512_set1_ps(sc_d(sc, t, b0 + b, 0)), A);
+		S += sc_s(sc, t, b0 + b, 0);
 		if (GC ? b == NBR - 1 : r->end[b]) {
 			const int j = GC ? 0 : r->j[b];
 
@@ -200,10 +220,12 @@ AI void round_row(const round *r, const int32_t (*dot)[TM][16], int t, const flo
  * 0.67-0.70 a row at a time (for G = 128, eight rows side by side made no
  * difference); S read as s, not 0 + s (two instructions fewer a row and
  * block): 0.68-0.76 against 0.65-0.72, seven alternations, TinyLlama
- * pp512 +1-2%. */
-AI void round_rows32(const round *r, const int32_t (*dot)[TM][16], const float *xd,
-		     const float *xs, size_t nb, const __m512 *sv, const __m512 *zv,
-		     __m512 *acc)
+ * pp512 +1-2%.  q8 folds its zero into the block's FMA (sc holds -128 s
+ * for it; q_tile's q8g32 form): one FMA a row and block fewer, q8g32
+ * 5632x2048 by 512 rows 0.82-0.83 -> 0.92-0.93 TOP/s with ds_act.qt. */
+AI void round_rows32(const round *r, const int32_t (*dot)[TM][16], const tscales *sc,
+		     const __m512 *sv, const __m512 *zv,
+		     __m512 *acc, const int is4)
 {
 	const size_t b0 = r->k / DS_QBLOCK;
 	size_t b;
@@ -215,15 +237,17 @@ AI void round_rows32(const round *r, const int32_t (*dot)[TM][16], const float *
 			break;
 #pragma GCC unroll 16
 		for (t = 0; t < TM; t++) {
-			__m512 A = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(dot[b][t])),
-						   _mm512_set1_ps(xd[t * nb + b0 + b]),
-						   _mm512_setzero_ps());
+			const __m512 i = _mm512_cvtepi32_ps(_mm512_load_si512(dot[b][t]));
+			const __m512 d = _mm512_set1_ps(sc_d(sc, t, b0 + b, !is4));
 			/* q_tile's S = 0 + s is s itself: s is never -0 (d >= 0
 			 * times an integer sum; kernels.h, tested) */
-			const float S = xs[t * nb + b0 + b];
+			const __m512 S = _mm512_set1_ps(sc_s(sc, t, b0 + b, !is4));
 
-			acc[t] = _mm512_fmadd_ps(sv[b], _mm512_fnmadd_ps(zv[b], _mm512_set1_ps(S), A),
-						 acc[t]);
+			if (is4)
+				acc[t] = _mm512_fmadd_ps(sv[b], _mm512_fnmadd_ps(zv[b], S,
+					 _mm512_fmadd_ps(i, d, _mm512_setzero_ps())), acc[t]);
+			else
+				acc[t] = _mm512_fmadd_ps(sv[b], _mm512_fmadd_ps(i, d, S), acc[t]);
 		}
 	}
 }
@@ -245,7 +269,7 @@ AI void round_scales(const ds_mat *w, const uint8_t *rs, const round *r, __m512 
 
 /* The float work of round r, its integer products in dot. */
 AI void round_floats(const ds_mat *w, const uint8_t *rs, const round *r,
-		     const int32_t (*dot)[TM][16], const float *xd, const float *xs, size_t nb,
+		     const int32_t (*dot)[TM][16], const tscales *sc,
 		     float (*Ab)[16], float *Sb, __m512 *acc, const int is4, const int GC)
 {
 	__m512 sv[NBR], zv[NBR];
@@ -253,12 +277,12 @@ AI void round_floats(const ds_mat *w, const uint8_t *rs, const round *r,
 
 	round_scales(w, rs, r, sv, zv, is4, GC);
 	if (GC == DS_QBLOCK) {
-		round_rows32(r, dot, xd, xs, nb, sv, zv, acc);
+		round_rows32(r, dot, sc, sv, zv, acc, is4);
 		return;
 	}
 #pragma GCC unroll 16
 	for (t = 0; t < TM; t++)
-		round_row(r, dot, t, xd + t * nb, xs + t * nb, sv, zv, Ab, Sb, &acc[t], GC);
+		round_row(r, dot, t, sc, sv, zv, Ab, Sb, &acc[t], GC);
 }
 
 /* One row-set (rows masked by m) times activation rows t0 .. t0+15, in
@@ -268,12 +292,12 @@ AI void round_floats(const ds_mat *w, const uint8_t *rs, const round *r,
  * the stores to reach the cache (a q4 block took 26 ns split just before
  * its tile load, 5 ns alone). */
 AI void amx_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
-		 float *y, size_t ldy, __mmask16 m, const int is4, const int GC)
+		 const tscales *sc, float *y, size_t ldy, __mmask16 m,
+		 const int is4, const int GC)
 {
 	const size_t kp = w->kp;
-	const size_t nb = x->ldq / DS_QBLOCK, ldq = x->ldq;
+	const size_t ldq = x->ldq;
 	const int8_t *xq = x->q + t0 * ldq;
-	const float *xd = x->qd + t0 * nb, *xs = x->qs + t0 * nb;
 	int32_t dot[2][NBR][TM][16] __attribute__((aligned(64)));
 	uint8_t wb[2][NBR][DS_QBLOCK / 4][64] __attribute__((aligned(64)));
 	float Ab[TM][16] __attribute__((aligned(64))), Sb[TM];
@@ -303,13 +327,13 @@ AI void amx_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
 		round_tiles(&cur, wb[i & 1], xq, ldq, dot[i & 1], is4);
 		if (i > 0)
 			round_floats(w, rs, &prev, (const int32_t (*)[TM][16])dot[(i - 1) & 1],
-				     xd, xs, nb, Ab, Sb, acc, is4, GC);
+				     sc, Ab, Sb, acc, is4, GC);
 		prev = cur;
 		if (last)
 			break;
 		cur = next;
 	}
-	round_floats(w, rs, &prev, (const int32_t (*)[TM][16])dot[i & 1], xd, xs, nb, Ab, Sb,
+	round_floats(w, rs, &prev, (const int32_t (*)[TM][16])dot[i & 1], sc, Ab, Sb,
 		     acc, is4, GC);
 #pragma GCC unroll 16
 	for (t = 0; t < TM; t++) {
@@ -321,8 +345,8 @@ AI void amx_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
 }
 
 /* One row-set times the tile of activation rows from t0. */
-AI void amx_rowset(const ds_mat *w, size_t rs, const ds_act *x, size_t t0, float *y,
-		   size_t ldy, const int is4)
+AI void amx_rowset(const ds_mat *w, size_t rs, const ds_act *x, size_t t0,
+		   const tscales *sc, float *y, size_t ldy, const int is4)
 {
 	const uint64_t left = w->n - rs * DS_ROWSET;
 	const __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
@@ -330,11 +354,11 @@ AI void amx_rowset(const ds_mat *w, size_t rs, const ds_act *x, size_t t0, float
 	float *yr = y + rs * DS_ROWSET;
 
 	if (w->type.group == 32)
-		amx_tile(w, p, x, t0, yr, ldy, m, is4, 32);
+		amx_tile(w, p, x, t0, sc, yr, ldy, m, is4, 32);
 	else if (w->type.group == 128)
-		amx_tile(w, p, x, t0, yr, ldy, m, is4, 128);
+		amx_tile(w, p, x, t0, sc, yr, ldy, m, is4, 128);
 	else
-		amx_tile(w, p, x, t0, yr, ldy, m, is4, 0);
+		amx_tile(w, p, x, t0, sc, yr, ldy, m, is4, 0);
 }
 
 /* Whole tiles of 16 activation rows here, the rest on AVX-512; each tile
@@ -346,20 +370,51 @@ AI void amx_rowset(const ds_mat *w, size_t rs, const ds_act *x, size_t t0, float
  * 0.73, 0.74-0.76 (TinyLlama q8 pp512 281-285 -> 294-299 t/s); 8 or 32
  * row-sets by 32 rows as 16 by 32. */
 #define RS_BLK 16
+
+/* q8g32's float work reads its activation scales block by block
+ * (ds_act.qt), each block's 16 at one pointer and constant offsets, not
+ * at t * nb + b: that index arithmetic took as long as an FMA.  Where the
+ * caller gave no qt, it is made here for the call; NULL if there is no
+ * memory for it (the product then runs on AVX-512). */
+static float *own_qt(const ds_act *x, size_t ld)
+{
+	const size_t nb = x->ldq / DS_QBLOCK, n = ds_act_qt_floats(ld, x->ldq);
+	float *qt = n ? aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64) : NULL;
+	size_t t;
+
+	if (qt == NULL)
+		return NULL;
+	for (t = 0; t < x->t; t++)
+		ds_act_qt_row(qt, ld, x->ldq, t, x->qd + t * nb, x->qs + t * nb);
+	return qt;
+}
+
 AI void amx_mm(const ds_mat *w, const ds_act *x, float *y, size_t ldy, size_t rs0,
 	       size_t rs1, const int is4)
 {
-	const size_t full = x->t / TM * TM;
+	const size_t nb = x->ldq / DS_QBLOCK;
+	const int fold = DS_Q8_FOLD(is4, w->type.group);
+	/* an odd number of cache lines from block to block (ops/ctx.c) */
+	const size_t ld = x->qt ? x->ldqt : (x->t + TM - 1) / TM * TM | TM;
+	float *own = fold && x->t >= TM && x->qt == NULL ? own_qt(x, ld) : NULL;
+	const float *qt = x->qt ? x->qt : own;
+	const size_t full = fold && qt == NULL ? 0 : x->t / TM * TM;
 	size_t r0, rs, t0;
 
 	if (full > 0) {
 		tiles_config();
 		for (r0 = rs0; r0 < rs1; r0 += RS_BLK)
-			for (t0 = 0; t0 < full; t0 += TM)
+			for (t0 = 0; t0 < full; t0 += TM) {
+				const tscales sc = fold ? (tscales){ qt + t0, qt + nb * ld + t0, 0, ld }
+							: (tscales){ x->qd + t0 * nb, x->qs + t0 * nb,
+								     nb, 0 };
+
 				for (rs = r0; rs < rs1 && rs < r0 + RS_BLK; rs++)
-					amx_rowset(w, rs, x, t0, y, ldy, is4);
+					amx_rowset(w, rs, x, t0, &sc, y, ldy, is4);
+			}
 		_tile_release();
 	}
+	free(own);
 	if (full < x->t) {
 		ds_act r = ds_act_rows(x, full, x->t - full);
 
@@ -419,6 +474,7 @@ void ds_kernels_fill_amx(ds_kernels *k)
 	k->name = "avx512+amx";
 	k->isa = DS_ISA_AMX;
 	k->mm_rows = 16;
+	k->act_qt = 1;
 	k->mm[DS_Q8] = mm_q8;
 	k->mm[DS_Q4] = mm_q4;
 	k->peak_probe = peak_probe;

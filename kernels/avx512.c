@@ -95,7 +95,8 @@ AI __m512 exp512(__m512 x)
 
 /* R row-sets (1 or 2) by TT activation rows from t0 (see scalar.c
  * qrow_dot): per 32-block the exact integer dot products, one conversion
- * and one FMA by the block scale; per group the weight scale and zero.
+ * and one FMA by the block scale; per group the weight scale and zero
+ * (q8g32: the zero's term the block FMA's addend, kernels.h DS_Q8_FOLD).
  * Two row-sets share each activation broadcast between two vpdpbusd; one
  * row-set keeps two integer chains per row so the vpdpbusd latency stays
  * hidden.  The float operations are the same in every variant, so a
@@ -109,6 +110,7 @@ AI void q_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
 	const int8_t *xq = x->q + t0 * ldq;
 	const float *xd = x->qd + t0 * nb, *xs = x->qs + t0 * nb;
 	const __m512i m4 = _mm512_set1_epi8(15);
+	const int fold = DS_Q8_FOLD(is4, G);
 	__m512 acc[2][TT_MAX];
 	size_t g, k;
 	int t, c, r;
@@ -123,7 +125,8 @@ AI void q_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
 
 #pragma GCC unroll 8
 		for (t = 0; t < TT; t++) {
-			A[0][t] = A[1][t] = _mm512_setzero_ps();
+			A[0][t] = A[1][t] = fold ? _mm512_set1_ps(-128.0f * xs[t * nb + g])
+						 : _mm512_setzero_ps();
 			S[t] = 0;
 		}
 		for (k = g * G; k < (g + 1) * G; k += DS_QBLOCK) {
@@ -216,8 +219,8 @@ AI void q_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
 
 #pragma GCC unroll 8
 			for (t = 0; t < TT; t++)
-				acc[r][t] = _mm512_fmadd_ps(s, _mm512_fnmadd_ps(z, _mm512_set1_ps(S[t]),
-										A[r][t]), acc[r][t]);
+				acc[r][t] = _mm512_fmadd_ps(s, fold ? A[r][t] : _mm512_fnmadd_ps(z,
+							    _mm512_set1_ps(S[t]), A[r][t]), acc[r][t]);
 		}
 	}
 #pragma GCC unroll 8
@@ -337,9 +340,10 @@ AI void vec_blk(const uint8_t *wp, size_t rsb, const int8_t *xq, const float *d,
 #define SCHED_FENCE() __asm__ volatile("" ::: "memory")
 
 /* acc[r] += a group's contribution: A[r] its blocks' sums, S the sum of
- * its activation block sums, scales and (q4) zeros at sc, zp (row-set 0). */
+ * its activation block sums, scales and (q4) zeros at sc, zp (row-set 0);
+ * fold: q8g32's A holds its zero's term already (kernels.h). */
 AI void q_grp_end(const uint8_t *sc, const uint8_t *zp, size_t rsb, const __m512 *A,
-		  float S, __m512 *acc, const int is4, const int R)
+		  float S, __m512 *acc, const int is4, const int R, const int fold)
 {
 	int r;
 
@@ -350,7 +354,8 @@ AI void q_grp_end(const uint8_t *sc, const uint8_t *zp, size_t rsb, const __m512
 				 (const void *)(zp + r * rsb))))
 			       : _mm512_set1_ps(128.0f);
 
-		acc[r] = _mm512_fmadd_ps(s, _mm512_fnmadd_ps(z, _mm512_set1_ps(S), A[r]), acc[r]);
+		acc[r] = _mm512_fmadd_ps(s, fold ? A[r] : _mm512_fnmadd_ps(z, _mm512_set1_ps(S), A[r]),
+					 acc[r]);
 	}
 }
 
@@ -390,7 +395,7 @@ AI size_t q4g32_vec_segs(const uint8_t *rs, size_t rsb, size_t ng, const ds_act 
 			S += xs[k / DS_QBLOCK];
 			SCHED_FENCE();
 			q_grp_end(sp + ds_qgrp_s(1, G, j), sp + ds_qgrp_z(G, DS_QSEG, j), rsb, A,
-				  S, acc, 1, R);
+				  S, acc, 1, R, 0);
 		}
 	}
 	return nseg * DS_QSEG;
@@ -403,6 +408,7 @@ AI void q_vec(const ds_mat *w, const uint8_t *rs, size_t sets, const ds_act *x,
 {
 	const size_t kp = w->kp, G = GC ? (size_t)GC : w->type.group, ng = kp / G;
 	const size_t rsb = sets * w->rs_bytes;
+	const int fold = DS_Q8_FOLD(is4, G);
 	__m512 acc[4], A[4];
 	size_t g, k;
 	int r;
@@ -421,14 +427,14 @@ AI void q_vec(const ds_mat *w, const uint8_t *rs, size_t sets, const ds_act *x,
 			ds_qseg_fetch(rs, rsb, G, g, is4, R, PF_VEC);
 #pragma GCC unroll 4
 		for (r = 0; r < R; r++)
-			A[r] = _mm512_setzero_ps();
+			A[r] = fold ? _mm512_set1_ps(-128.0f * x->qs[g]) : _mm512_setzero_ps();
 #pragma GCC unroll 4
 		for (k = g * G; k < (g + 1) * G; k += DS_QBLOCK) {
 			vec_blk(gw + (is4 ? 8 : 16) * k, rsb, x->q + k, x->qd + k / DS_QBLOCK, A, is4, R);
 			S += x->qs[k / DS_QBLOCK];
 		}
 		q_grp_end(rs + ds_qgrp_s(is4, G, g), rs + (is4 ? ds_qgrp_z(G, ng, g) : 0), rsb,
-			  A, S, acc, is4, R);
+			  A, S, acc, is4, R, fold);
 	}
 #pragma GCC unroll 4
 	for (r = 0; r < R; r++)

@@ -228,7 +228,33 @@ ds_act ds_act_rows(const ds_act *x, size_t t0, size_t nt)
 		r.qd = x->qd + t0 * nb;
 		r.qs = x->qs + t0 * nb;
 	}
+	if (x->qt)
+		r.qt = x->qt + t0;
 	return r;
+}
+
+size_t ds_act_qt_floats(size_t ldqt, size_t ldq)
+{
+	const size_t nb = ldq / DS_QBLOCK;
+
+	/* the bytes too must fit a size_t */
+	if (nb == 0 || ldqt == 0 || nb > SIZE_MAX / sizeof(float) / 2 ||
+	    ldqt > SIZE_MAX / sizeof(float) / (2 * nb))
+		return 0;
+	return 2 * nb * ldqt;
+}
+
+void ds_act_qt_row(float *qt, size_t ldqt, size_t ldq, size_t r, const float *d,
+		   const float *s)
+{
+	const size_t nb = ldq / DS_QBLOCK;
+	float *p = qt + r;
+	size_t b;
+
+	for (b = 0; b < nb; b++) {
+		p[b * ldqt] = d[b];
+		p[(nb + b) * ldqt] = -128.0f * s[b];
+	}
 }
 
 size_t ds_kv_row_bytes(enum ds_kvtype t, size_t dim)

@@ -96,7 +96,27 @@ typedef struct ds_act {
 	const float *qs;       /* [t][ldq / 32] d * (sum of the block's q),
 				  never -0 (d >= 0) */
 	size_t ldq;            /* multiple of 64 */
+	/* optional (NULL: none), for q8g32 on tables with act_qt: qd and
+	 * -128 qs again, block by block: [2][ldq / 32][ldqt], rows t < ldqt */
+	const float *qt;
+	size_t ldqt;
 } ds_act;
+
+/* Floats of a ds_act.qt of ldqt rows of ldq (0 if they or their bytes
+ * overflow a size_t). */
+size_t ds_act_qt_floats(size_t ldqt, size_t ldq);
+/* Row r's d and s (ldq / 32 of each) into qt (as d and -128 s). */
+void ds_act_qt_row(float *qt, size_t ldqt, size_t ldq, size_t r, const float *d,
+		   const float *s);
+
+/* The SIMD q4/q8 products' float steps, per group of G inputs (w = S (u -
+ * Z), x = d q per 32-block, I a block's exact integer sum of u q):
+ *   A = sum over blocks of d I (one FMA each),  acc += S (A - Z sum(d q))
+ * except q8 with G = 32, whose zero folds into the block's FMA:
+ *   acc += S (d I + (-128 s))  (one FMA; -128 s is exact)
+ * Every path of an ISA takes the same steps, so a row's result does not
+ * depend on the path (decode, tiles, AMX). */
+#define DS_Q8_FOLD(is4, G) (!(is4) && (G) == DS_QBLOCK)
 
 /* Rows t0 .. t0+nt-1 of x, as an ds_act of nt rows. */
 ds_act ds_act_rows(const ds_act *x, size_t t0, size_t nt);
@@ -157,6 +177,9 @@ typedef struct ds_kernels {
 	/* activation rows a product call takes whole: the callers' blocks of
 	 * rows are multiples of it (the tiles: 4 and 6 rows, AMX's 16) */
 	unsigned mm_rows;
+	/* 1: the q8g32 products read ds_act.qt (made for the call where it
+	 * is not given) */
+	unsigned act_qt;
 
 	/* ---- activation preparation, one row ----
 	 * The input value i is x[p(i)] * nw[p(i)] * nscale for i < k with

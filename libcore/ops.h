@@ -85,6 +85,8 @@ typedef struct ds_actbuf {
 	size_t rows;
 	int8_t *q;
 	float *qd, *qs;
+	float *qt;          /* ds_act.qt of the rows, or NULL */
+	size_t ldqt;
 	uint16_t *b;
 	size_t ldq;
 	float *f;

@@ -24,7 +24,9 @@ static void *take(size_t n, size_t size, int *fail, ds_err *err)
 	return p;
 }
 
-static void buf_alloc(ds_actbuf *b, size_t rows, size_t k, unsigned types,
+/* qt: the kernels read ds_act.qt (given to buffers of 16 rows or more:
+ * the products of fewer do not read it). */
+static void buf_alloc(ds_actbuf *b, size_t rows, size_t k, unsigned types, int qt,
 		      int *fail, ds_err *err)
 {
 	memset(b, 0, sizeof *b);
@@ -35,6 +37,19 @@ static void buf_alloc(ds_actbuf *b, size_t rows, size_t k, unsigned types,
 		b->q = take(rows, b->ldq, fail, err);
 		b->qd = take(rows, b->ldq / DS_QBLOCK * sizeof(float), fail, err);
 		b->qs = take(rows, b->ldq / DS_QBLOCK * sizeof(float), fail, err);
+		if (qt && rows >= 16) {
+			/* an odd number of cache lines from block to block, so that
+			 * a row's blocks do not all fall in one set of the cache */
+			size_t n;
+
+			b->ldqt = ds_round_up(rows, 16) | 16;
+			n = ds_act_qt_floats(b->ldqt, b->ldq);
+			if (n == 0 && !*fail) {
+				*fail = 1;
+				ds_errf(err, "op context: scratch size overflows");
+			}
+			b->qt = take(n, sizeof(float), fail, err);
+		}
 	}
 	if (types & 1u << DS_BF16)
 		b->b = take(rows, b->ldq * sizeof(uint16_t), fail, err);
@@ -47,6 +62,7 @@ static void buf_free(ds_actbuf *b)
 	free(b->q);
 	free(b->qd);
 	free(b->qs);
+	free(b->qt);
 	free(b->b);
 	free(b->f);
 }
@@ -66,8 +82,9 @@ int ds_ctx_init(ds_ctx *c, ds_pool *pool, const ds_ctx_cfg *cfg, ds_err *err)
 	c->pool = pool;
 	c->kern = ds_kernels_get();
 	c->cfg = *g;
-	buf_alloc(&c->in, g->max_rows, g->max_k, types, &fail, err);
-	buf_alloc(&c->one, (size_t)ds_pool_threads(pool), g->max_k, types, &fail, err);
+	buf_alloc(&c->in, g->max_rows, g->max_k, types, c->kern->act_qt, &fail, err);
+	buf_alloc(&c->one, (size_t)ds_pool_threads(pool), g->max_k, types, c->kern->act_qt,
+		  &fail, err);
 	c->h = take(ops_ffn_rows(c, NULL), g->max_ff * sizeof(float), &fail, err);
 	c->gu = take(2, ds_round_up(g->max_ff, DS_ROWSET) * sizeof(float), &fail, err);
 	if (g->moe_experts) {
@@ -75,15 +92,15 @@ int ds_ctx_init(ds_ctx *c, ds_pool *pool, const ds_ctx_cfg *cfg, ds_err *err)
 		c->moe_w = take(mrows, sizeof(float), &fail, err);
 		c->moe_off = take(3 * (g->moe_experts + 1), sizeof(int32_t), &fail, err);
 		c->moe_h = take(mrows, g->moe_ff * sizeof(float), &fail, err);
-		buf_alloc(&c->moe_x, mrows, g->moe_k, types, &fail, err);
+		buf_alloc(&c->moe_x, mrows, g->moe_k, types, c->kern->act_qt, &fail, err);
 		buf_alloc(&c->moe_hq, mrows, g->moe_ff, types & ~(1u << DS_F32 | 1u << DS_F16),
-			  &fail, err);
+			  c->kern->act_qt, &fail, err);
 		/* float experts read the hidden rows where they are */
 		c->moe_hq.f = c->moe_h;
 		c->moe_hq.ldf = g->moe_ff;
 	}
 	if (g->head_rows)
-		buf_alloc(&c->heads, g->head_rows, g->head_k, types, &fail, err);
+		buf_alloc(&c->heads, g->head_rows, g->head_k, types, c->kern->act_qt, &fail, err);
 	/* per thread: FFN tiles, attention, a RoPE row, router scores */
 	thr = 2 * TB_MAX * DS_ROWSET * sizeof(float);
 	if (DS_ATTN_SCRATCH(g->max_group, g->max_head, g->max_head) * sizeof(float) > thr)

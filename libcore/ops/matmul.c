@@ -98,10 +98,14 @@ void ops_prep_row(const ds_ctx *c, const float *x, size_t k, size_t kp,
 	/* the same formula as the rmsnorm kernel, so fused == unfused */
 	if (norm)
 		sc = (float)(1.0 / sqrt((double)K->sumsq(x, k) / (double)k + eps));
-	if (need & NEED_Q)
+	if (need & NEED_Q) {
 		K->quant_row(x, k, kp, perm, norm, sc, d->q + r * d->ldq,
 			     d->qd + r * (d->ldq / DS_QBLOCK),
 			     d->qs + r * (d->ldq / DS_QBLOCK));
+		if ((need & NEED_QT) && d->qt)
+			ds_act_qt_row(d->qt, d->ldqt, d->ldq, r, d->qd + r * (d->ldq / DS_QBLOCK),
+				      d->qs + r * (d->ldq / DS_QBLOCK));
+	}
 	if (need & NEED_B)
 		K->bf16_row(x, k, kp, perm, norm, sc, d->b + r * d->ldq);
 	if ((need & NEED_F) && !(d->f + r * d->ldf == x && !perm && !norm)) {
@@ -126,6 +130,10 @@ ds_act ops_act(const ds_actbuf *d, int need, size_t r0, size_t n)
 		a.q = d->q + r0 * d->ldq;
 		a.qd = d->qd + r0 * (d->ldq / DS_QBLOCK);
 		a.qs = d->qs + r0 * (d->ldq / DS_QBLOCK);
+		if ((need & NEED_QT) && d->qt) {
+			a.qt = d->qt + r0;
+			a.ldqt = d->ldqt;
+		}
 	}
 	if (need & NEED_B)
 		a.b = d->b + r0 * d->ldq;

@@ -299,6 +299,35 @@ static float *run_mm(const ds_kernels *kt, const tw *w, const tx *x,
 	return y;
 }
 
+/* A table that reads ds_act.qt gives, with it, what it gave without (a
+ * qt of more rows than the activation's, and the rows from 5 of it). */
+static void check_mm_qt(const ds_kernels *kt, const tw *w, const tx *x, const float *y,
+			size_t ldy)
+{
+	const size_t nb = x->ldq / 32, ld = x->t + 3, n = ds_act_qt_floats(ld, x->ldq);
+	float *qt = malloc(n * sizeof(float)), *yq;
+	tx xq = *x;
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		qt[i] = NAN;
+	for (i = 0; i < x->t; i++)
+		ds_act_qt_row(qt, ld, x->ldq, i, x->d + i * nb, x->s + i * nb);
+	xq.a.qt = qt;
+	xq.a.ldqt = ld;
+	yq = run_mm(kt, w, &xq, ldy);
+	T_CHECKF(memcmp(yq, y, x->t * ldy * sizeof(float)) == 0,
+		 "%s n=%zu k=%zu t=%zu: with ds_act.qt not as without", kt->name, w->n, x->k,
+		 x->t);
+	xq.a = ds_act_rows(&xq.a, 5, x->t - 5);
+	kt->mm[w->t.dt](&w->m, &xq.a, yq, ldy, 0, (w->n + 15) / 16);
+	T_CHECKF(memcmp(yq, y + 5 * ldy, (x->t - 5) * ldy * sizeof(float)) == 0,
+		 "%s n=%zu k=%zu t=%zu: rows from 5 with ds_act.qt not as without", kt->name,
+		 w->n, x->k, x->t);
+	free(yq);
+	free(qt);
+}
+
 /* One shape: every ISA against scalar (same prepared activations), and
  * scalar against the double reference. */
 static void check_mm(ds_ttype t, size_t n, size_t k, size_t nt, int exact,
@@ -332,6 +361,8 @@ static void check_mm(ds_ttype t, size_t n, size_t k, size_t nt, int exact,
 		T_CHECKF(vary == 0, "%s %s n=%zu k=%zu t=%zu: %d rows depend on the batch",
 			 isa_tab[e]->name, nm, n, k, nt, vary);
 		free(y1);
+		if (isa_tab[e]->act_qt && nt >= 16)
+			check_mm_qt(isa_tab[e], &w, &x, y, ldy);
 		if (e == 0) {
 			free(y);
 			continue;
@@ -460,6 +491,48 @@ static void test_mm_exact(void)
 }
 
 /* ---- activation preparation --------------------------------------------- */
+
+/* ds_act.qt: row r's d and -128 s at [j][b][r] (rows ld apart); a
+ * row range starts at its row; sizes that overflow are 0. */
+static void test_act_qt(void)
+{
+	const size_t t = 37, ld = 40, ldq = 128, nb = ldq / 32, n = ds_act_qt_floats(ld, ldq);
+	float *d = malloc(t * nb * sizeof(float)), *s = malloc(t * nb * sizeof(float));
+	float *qt = malloc(n * sizeof(float));
+	size_t r, b, bad = 0;
+	ds_act a;
+
+	T_CHECK(n == 2 * nb * ld);
+	T_CHECK(ds_act_qt_floats(SIZE_MAX, ldq) == 0);
+	T_CHECK(ds_act_qt_floats(SIZE_MAX / 8 / nb + 1, ldq) == 0);
+	T_CHECK(ds_act_qt_floats(SIZE_MAX / 8 / nb, ldq) == SIZE_MAX / 8 / nb * 2 * nb);
+	T_CHECK(ds_act_qt_floats(16, SIZE_MAX / 2) == 0);
+	T_CHECK(ds_act_qt_floats(16, 0) == 0);
+	for (r = 0; r < t * nb; r++) {
+		d[r] = t_randf(&seed) + 2;
+		s[r] = t_randf(&seed) * 100;
+	}
+	for (r = 0; r < t; r++)
+		ds_act_qt_row(qt, ld, ldq, r, d + r * nb, s + r * nb);
+	for (r = 0; r < t; r++)
+		for (b = 0; b < nb; b++) {
+			const float *p = qt + b * ld + r;
+
+			bad += p[0] != d[r * nb + b] || p[nb * ld] != -128 * s[r * nb + b];
+		}
+	T_CHECK(bad == 0);
+	memset(&a, 0, sizeof a);
+	a.t = t;
+	a.ldq = ldq;
+	a.qt = qt;
+	a.ldqt = ld;
+	T_CHECK(ds_act_rows(&a, 5, 20).qt == qt + 5 && ds_act_rows(&a, 5, 20).ldqt == ld);
+	a.qt = NULL;
+	T_CHECK(ds_act_rows(&a, 5, 20).qt == NULL);
+	free(d);
+	free(s);
+	free(qt);
+}
 
 static void test_quant_row(void)
 {
@@ -993,6 +1066,7 @@ int main(int argc, char **argv)
 		}
 	T_RUN(test_dispatch);
 	T_RUN(test_quant_row);
+	T_RUN(test_act_qt);
 	T_RUN(test_mm_exact);
 	T_RUN(test_mm_random);
 	T_RUN(test_mm_large);

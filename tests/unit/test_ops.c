@@ -28,6 +28,7 @@ static ds_ctx wide;   /* 2 threads, max_k so large that a block is 12 rows */
 static const ds_ttype types[] = {
 	{ DS_Q4, 32 }, { DS_Q4, 128 }, { DS_Q8, 64 }, { DS_BF16, 0 },
 	{ DS_F16, 0 }, { DS_F32, 0 },
+	{ DS_Q8, 32 },  /* its products read ds_act.qt on AMX */
 };
 #define NTYPES (sizeof types / sizeof types[0])
 
@@ -124,7 +125,7 @@ static void direct_mm(const ds_kernels *K, const ds_mat *w, const float *x,
 	int8_t *q = malloc(t * ldq);
 	float *qd = malloc(t * ldq / 8), *qs = malloc(t * ldq / 8), *xp = malloc(t * w->k * 4);
 	uint16_t *b = malloc(t * ldq * 2);
-	ds_act a = { t, xp, w->k, b, q, qd, qs, ldq };
+	ds_act a = { t, xp, w->k, b, q, qd, qs, ldq, NULL, 0 };
 
 	for (r = 0; r < t; r++) {
 		for (i = 0; i < w->k; i++)
@@ -392,17 +393,20 @@ static void test_moe(void)
 	size_t ne = 6, used = 3, k = 64, ff = 40, t, i, j;
 	int ti, p, perm;
 
-	for (ti = 0; ti < 4; ti++)
+	/* q8g32 too (types[6]), and 61 tokens: experts of 16 tokens or
+	 * more (AMX's tiles), starting anywhere in the gathered rows */
+	for (ti = 0; ti < 5; ti++)
 		for (perm = 0; perm < 2; perm++)
-			for (t = 1; t <= 21; t += 20) {
+			for (t = 1; t <= 61; t += t == 1 ? 20 : 40) {
+				const ds_ttype tg = types[ti < 4 ? ti : 6];
 				tmat g, u, d;
 				float *x = rnd(t * k, 2), *y0 = rnd(t * k, 1), *y1 = malloc(t * k * 4);
 				float *w = malloc(t * used * 4), *tmp = malloc(k * 4), *mag = calloc(t * k, 8);
 				int32_t *ids = malloc(t * used * 4);
 
-				tmat_init(&g, types[ti], ne, ff, k, perm);
-				tmat_init(&u, types[ti], ne, ff, k, perm && ti % 2);
-				tmat_init(&d, types[(ti + 1) % 4], ne, k, ff, perm);
+				tmat_init(&g, tg, ne, ff, k, perm);
+				tmat_init(&u, tg, ne, ff, k, perm && ti % 2);
+				tmat_init(&d, ti < 4 ? types[(ti + 1) % 4] : tg, ne, k, ff, perm);
 				for (i = 0; i < t; i++)
 					for (j = 0; j < used; j++) {
 						/* distinct experts, expert 5 never used */
