@@ -24,8 +24,8 @@ static void *take(size_t n, size_t size, int *fail, ds_err *err)
 	return p;
 }
 
-/* qt: the kernels read ds_act.qt (given to buffers of 16 rows or more:
- * the products of fewer do not read it). */
+/* qt: the kernels read ds_act.qt (q8g32's; given to buffers of 16 rows
+ * or more: the products of fewer do not read it). */
 static void buf_alloc(ds_actbuf *b, size_t rows, size_t k, unsigned types, int qt,
 		      int *fail, ds_err *err)
 {
@@ -37,7 +37,7 @@ static void buf_alloc(ds_actbuf *b, size_t rows, size_t k, unsigned types, int q
 		b->q = take(rows, b->ldq, fail, err);
 		b->qd = take(rows, b->ldq / DS_QBLOCK * sizeof(float), fail, err);
 		b->qs = take(rows, b->ldq / DS_QBLOCK * sizeof(float), fail, err);
-		if (qt && rows >= 16) {
+		if (qt && (types & 1u << DS_Q8) && rows >= 16) {
 			/* an odd number of cache lines from block to block, so that
 			 * a row's blocks do not all fall in one set of the cache */
 			size_t n;
