@@ -379,9 +379,12 @@ AI void amx_rowset(const ds_mat *w, size_t rs, const ds_act *x, size_t t0,
 static float *own_qt(const ds_act *x, size_t ld)
 {
 	const size_t nb = x->ldq / DS_QBLOCK, n = ds_act_qt_floats(ld, x->ldq);
-	float *qt = n ? aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64) : NULL;
+	float *qt;
 	size_t t;
 
+	if (n == 0 || n > (SIZE_MAX - 63) / sizeof(float))
+		return NULL;
+	qt = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
 	if (qt == NULL)
 		return NULL;
 	for (t = 0; t < x->t; t++)
