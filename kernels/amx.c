@@ -80,14 +80,10 @@ typedef struct tscales {
 	size_t ts, bs;
 } tscales;
 
-AI float sc_d(const tscales *sc, int t, size_t b, const int qt)
+/* p (sc->d or sc->s) of row t, block b; qt: the block-by-block layout */
+AI float sc_at(const tscales *sc, const float *p, int t, size_t b, const int qt)
 {
-	return qt ? sc->d[b * sc->bs + (size_t)t] : sc->d[(size_t)t * sc->ts + b];
-}
-
-AI float sc_s(const tscales *sc, int t, size_t b, const int qt)
-{
-	return qt ? sc->s[b * sc->bs + (size_t)t] : sc->s[(size_t)t * sc->ts + b];
+	return qt ? p[b * sc->bs + (size_t)t] : p[(size_t)t * sc->ts + b];
 }
 
 /* A round: nbk 32-blocks from input k, within one segment (G = 32) or one
@@ -199,8 +195,8 @@ AI void round_row(const round *r, const int32_t (*dot)[TM][16], int t, const tsc
 			S = 0;
 		}
 		A = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(dot[b][t])),
-				    _mm512_set1_ps(sc_d(sc, t, b0 + b, 0)), A);
-		S += sc_s(sc, t, b0 + b, 0);
+				    _mm512_set1_ps(sc_at(sc, sc->d, t, b0 + b, 0)), A);
+		S += sc_at(sc, sc->s, t, b0 + b, 0);
 		if (GC ? b == NBR - 1 : r->end[b]) {
 			const int j = GC ? 0 : r->j[b];
 
@@ -238,10 +234,10 @@ AI void round_rows32(const round *r, const int32_t (*dot)[TM][16], const tscales
 #pragma GCC unroll 16
 		for (t = 0; t < TM; t++) {
 			const __m512 i = _mm512_cvtepi32_ps(_mm512_load_si512(dot[b][t]));
-			const __m512 d = _mm512_set1_ps(sc_d(sc, t, b0 + b, !is4));
+			const __m512 d = _mm512_set1_ps(sc_at(sc, sc->d, t, b0 + b, !is4));
 			/* q_tile's S = 0 + s is s itself: s is never -0 (d >= 0
 			 * times an integer sum; kernels.h, tested) */
-			const __m512 S = _mm512_set1_ps(sc_s(sc, t, b0 + b, !is4));
+			const __m512 S = _mm512_set1_ps(sc_at(sc, sc->s, t, b0 + b, !is4));
 
 			if (is4)
 				acc[t] = _mm512_fmadd_ps(sv[b], _mm512_fnmadd_ps(zv[b], S,

@@ -125,7 +125,7 @@ AI void q_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
 
 #pragma GCC unroll 8
 		for (t = 0; t < TT; t++) {
-			A[0][t] = A[1][t] = fold ? _mm512_set1_ps(-128.0f * xs[t * nb + g])
+			A[0][t] = A[1][t] = fold ? _mm512_set1_ps(DS_Q8_ADDEND(xs[t * nb + g]))
 						 : _mm512_setzero_ps();
 			S[t] = 0;
 		}
@@ -427,7 +427,7 @@ AI void q_vec(const ds_mat *w, const uint8_t *rs, size_t sets, const ds_act *x,
 			ds_qseg_fetch(rs, rsb, G, g, is4, R, PF_VEC);
 #pragma GCC unroll 4
 		for (r = 0; r < R; r++)
-			A[r] = fold ? _mm512_set1_ps(-128.0f * x->qs[g]) : _mm512_setzero_ps();
+			A[r] = fold ? _mm512_set1_ps(DS_Q8_ADDEND(x->qs[g])) : _mm512_setzero_ps();
 #pragma GCC unroll 4
 		for (k = g * G; k < (g + 1) * G; k += DS_QBLOCK) {
 			vec_blk(gw + (is4 ? 8 : 16) * k, rsb, x->q + k, x->qd + k / DS_QBLOCK, A, is4, R);

@@ -253,7 +253,7 @@ void ds_act_qt_row(float *qt, size_t ldqt, size_t ldq, size_t r, const float *d,
 
 	for (b = 0; b < nb; b++) {
 		p[b * ldqt] = d[b];
-		p[(nb + b) * ldqt] = -128.0f * s[b];
+		p[(nb + b) * ldqt] = DS_Q8_ADDEND(s[b]);
 	}
 }
 

@@ -117,6 +117,8 @@ void ds_act_qt_row(float *qt, size_t ldqt, size_t ldq, size_t r, const float *d,
  * Every path of an ISA takes the same steps, so a row's result does not
  * depend on the path (decode, tiles, AMX). */
 #define DS_Q8_FOLD(is4, G) (!(is4) && (G) == DS_QBLOCK)
+/* that FMA's addend from the block's s */
+#define DS_Q8_ADDEND(s) (-128.0f * (s))
 
 /* Rows t0 .. t0+nt-1 of x, as an ds_act of nt rows. */
 ds_act ds_act_rows(const ds_act *x, size_t t0, size_t nt);

@@ -72,7 +72,7 @@ int ds_ctx_init(ds_ctx *c, ds_pool *pool, const ds_ctx_cfg *cfg, ds_err *err)
 	const ds_ctx_cfg *g = cfg;
 	unsigned types = g->types ? g->types : ~0u;
 	size_t mrows = g->max_rows * (g->moe_used ? g->moe_used : 1), thr;
-	int fail = 0;
+	int fail = 0, qt;
 
 	memset(c, 0, sizeof *c);
 	if (ds_kernels_init(err) != 0)
@@ -81,10 +81,11 @@ int ds_ctx_init(ds_ctx *c, ds_pool *pool, const ds_ctx_cfg *cfg, ds_err *err)
 		return ds_errf(err, "op context: max_rows and max_k must be positive");
 	c->pool = pool;
 	c->kern = ds_kernels_get();
+	qt = c->kern->act_qt;
 	c->cfg = *g;
-	buf_alloc(&c->in, g->max_rows, g->max_k, types, c->kern->act_qt, &fail, err);
-	buf_alloc(&c->one, (size_t)ds_pool_threads(pool), g->max_k, types, c->kern->act_qt,
-		  &fail, err);
+	buf_alloc(&c->in, g->max_rows, g->max_k, types, qt, &fail, err);
+	/* each thread's one row: no product of one row reads qt */
+	buf_alloc(&c->one, (size_t)ds_pool_threads(pool), g->max_k, types, 0, &fail, err);
 	c->h = take(ops_ffn_rows(c, NULL), g->max_ff * sizeof(float), &fail, err);
 	c->gu = take(2, ds_round_up(g->max_ff, DS_ROWSET) * sizeof(float), &fail, err);
 	if (g->moe_experts) {
@@ -92,15 +93,15 @@ int ds_ctx_init(ds_ctx *c, ds_pool *pool, const ds_ctx_cfg *cfg, ds_err *err)
 		c->moe_w = take(mrows, sizeof(float), &fail, err);
 		c->moe_off = take(3 * (g->moe_experts + 1), sizeof(int32_t), &fail, err);
 		c->moe_h = take(mrows, g->moe_ff * sizeof(float), &fail, err);
-		buf_alloc(&c->moe_x, mrows, g->moe_k, types, c->kern->act_qt, &fail, err);
+		buf_alloc(&c->moe_x, mrows, g->moe_k, types, qt, &fail, err);
 		buf_alloc(&c->moe_hq, mrows, g->moe_ff, types & ~(1u << DS_F32 | 1u << DS_F16),
-			  c->kern->act_qt, &fail, err);
+			  qt, &fail, err);
 		/* float experts read the hidden rows where they are */
 		c->moe_hq.f = c->moe_h;
 		c->moe_hq.ldf = g->moe_ff;
 	}
 	if (g->head_rows)
-		buf_alloc(&c->heads, g->head_rows, g->head_k, types, c->kern->act_qt, &fail, err);
+		buf_alloc(&c->heads, g->head_rows, g->head_k, types, qt, &fail, err);
 	/* per thread: FFN tiles, attention, a RoPE row, router scores */
 	thr = 2 * TB_MAX * DS_ROWSET * sizeof(float);
 	if (DS_ATTN_SCRATCH(g->max_group, g->max_head, g->max_head) * sizeof(float) > thr)
