@@ -18,10 +18,11 @@
  * does not depend on the tile.  Fewer than 16 rows left (decode, a
  * short prompt's tail) go to the AVX-512 kernels.
  *
- * The tile instructions do not overlap the vector ones on the Xeon this
- * was measured on (a tdpbsud and 32 FMAs 10.6 ns, alone 6.0 and 5.4), so
- * a product costs its tile work plus its float work, about equal: the
- * float work per block (kept for bit-identity with decode) bounds it.
+ * On the Xeon this was measured on, a tdpbsud and 32 FMAs took 10.6 ns,
+ * alone 6.0 and 5.4: tile and vector work overlap only when woven finely
+ * (round_step), and then only in part (q8g32 by 512 rows: tiles alone 1.6
+ * TOP/s, float work alone 1.5, both 1.0).  The float work per block (kept
+ * for bit-identity with decode) and the tile work each bound it.
  */
 #include <immintrin.h>
 #include <stdlib.h>
@@ -142,12 +143,14 @@ AI void unpack_q4(const round *r, uint8_t (*wb)[DS_QBLOCK / 4][64])
 		}
 }
 
-/* Block b of a round: the weights (wb, or q8's own) into tile TB, the
- * activations into TA, their products into TC, stored to dot[b].  Blocks
- * in turn use tiles of their own, so none waits for a tile the one before
- * still reads. */
+/* Block b of round r, if it has one: the weights (wb, or q8's own) into
+ * tile TB, the activations into TA, their products into TC, stored to
+ * dot[b].  Blocks in turn use tiles of their own, so none waits for a
+ * tile the one before still reads. */
 #define TILE_BLOCK(b, TA, TB, TC)                                             \
 	do {                                                                  \
+		if (r->nbk <= (b))                                            \
+			break;                                                \
 		if (is4)                                                      \
 			TILE_LOAD_BUF(TB, wb[b]);                             \
 		else                                                          \
@@ -157,18 +160,6 @@ AI void unpack_q4(const round *r, uint8_t (*wb)[DS_QBLOCK / 4][64])
 		_tile_dpbsud(TC, TA, TB);                                     \
 		_tile_stored(TC, dot[b], 64);                                 \
 	} while (0)
-
-AI void round_tiles(const round *r, uint8_t (*wb)[DS_QBLOCK / 4][64], const int8_t *xq,
-		    size_t ldq, int32_t (*dot)[TM][16], const int is4)
-{
-	TILE_BLOCK(0, 0, 1, 2);
-	if (r->nbk > 1)
-		TILE_BLOCK(1, 3, 4, 5);
-	if (r->nbk > 2)
-		TILE_BLOCK(2, 0, 1, 6);
-	if (r->nbk > 3)
-		TILE_BLOCK(3, 3, 4, 7);
-}
 
 /* The float work of a round for activation row t, as q_tile does it, for
  * G = 128 (GC: a round is one group) or any G (GC = 0: a group that goes
@@ -210,41 +201,38 @@ AI void round_row(const round *r, const int32_t (*dot)[TM][16], int t, const tsc
 	}
 }
 
-/* round_row for G = 32 (a group per block), the 16 rows' independent
- * chains side by side: the same operations per row in the same order.
- * q4g32 5632x2048 by 512 rows, 2 threads: 0.76-0.79 TOP/s against
- * 0.67-0.70 a row at a time (for G = 128, eight rows side by side made no
- * difference); S read as s, not 0 + s (two instructions fewer a row and
- * block): 0.68-0.76 against 0.65-0.72, seven alternations, TinyLlama
- * pp512 +1-2%.  q8 folds its zero into the block's FMA (sc holds -128 s
- * for it; q_tile's q8g32 form): one FMA a row and block fewer, q8g32
- * 5632x2048 by 512 rows 0.82-0.83 -> 0.92-0.93 TOP/s with ds_act.qt. */
-AI void round_rows32(const round *r, const int32_t (*dot)[TM][16], const tscales *sc,
-		     const __m512 *sv, const __m512 *zv,
+/* round_row for G = 32 (a group per block), block b: the 16 rows'
+ * independent chains side by side, the same operations per row in the
+ * same order.  q4g32 5632x2048 by 512 rows, 2 threads: 0.76-0.79 TOP/s
+ * against 0.67-0.70 a row at a time (for G = 128, eight rows side by side
+ * made no difference); S read as s, not 0 + s (two instructions fewer a
+ * row and block): 0.68-0.76 against 0.65-0.72, seven alternations,
+ * TinyLlama pp512 +1-2%.  q8 folds its zero into the block's FMA (sc
+ * holds -128 s for it; q_tile's q8g32 form): one FMA a row and block
+ * fewer, q8g32 5632x2048 by 512 rows 0.82-0.83 -> 0.92-0.93 TOP/s with
+ * ds_act.qt. */
+AI void block_rows32(const round *r, const int32_t (*dot)[TM][16], size_t b,
+		     const tscales *sc, const __m512 *sv, const __m512 *zv,
 		     __m512 *acc, const int is4)
 {
-	const size_t b0 = r->k / DS_QBLOCK;
-	size_t b;
+	const size_t bk = r->k / DS_QBLOCK + b;
 	int t;
 
-#pragma GCC unroll 4
-	for (b = 0; b < NBR; b++) {
-		if (b >= r->nbk)
-			break;
+	if (b >= r->nbk)
+		return;
 #pragma GCC unroll 16
-		for (t = 0; t < TM; t++) {
-			const __m512 i = _mm512_cvtepi32_ps(_mm512_load_si512(dot[b][t]));
-			const __m512 d = _mm512_set1_ps(sc_at(sc, sc->d, t, b0 + b, !is4));
-			/* q_tile's S = 0 + s is s itself: s is never -0 (d >= 0
-			 * times an integer sum; kernels.h, tested) */
-			const __m512 S = _mm512_set1_ps(sc_at(sc, sc->s, t, b0 + b, !is4));
+	for (t = 0; t < TM; t++) {
+		const __m512 i = _mm512_cvtepi32_ps(_mm512_load_si512(dot[b][t]));
+		const __m512 d = _mm512_set1_ps(sc_at(sc, sc->d, t, bk, !is4));
+		/* q_tile's S = 0 + s is s itself: s is never -0 (d >= 0 times
+		 * an integer sum; kernels.h, tested) */
+		const __m512 S = _mm512_set1_ps(sc_at(sc, sc->s, t, bk, !is4));
 
-			if (is4)
-				acc[t] = _mm512_fmadd_ps(sv[b], _mm512_fnmadd_ps(zv[b], S,
-					 _mm512_fmadd_ps(i, d, _mm512_setzero_ps())), acc[t]);
-			else
-				acc[t] = _mm512_fmadd_ps(sv[b], _mm512_fmadd_ps(i, d, S), acc[t]);
-		}
+		if (is4)
+			acc[t] = _mm512_fmadd_ps(sv[b], _mm512_fnmadd_ps(zv[b], S,
+				 _mm512_fmadd_ps(i, d, _mm512_setzero_ps())), acc[t]);
+		else
+			acc[t] = _mm512_fmadd_ps(sv[b], _mm512_fmadd_ps(i, d, S), acc[t]);
 	}
 }
 
@@ -263,26 +251,59 @@ AI void round_scales(const ds_mat *w, const uint8_t *rs, const round *r, __m512 
 	}
 }
 
-/* The float work of round r, its integer products in dot. */
-AI void round_floats(const ds_mat *w, const uint8_t *rs, const round *r,
-		     const int32_t (*dot)[TM][16], const tscales *sc,
-		     float (*Ab)[16], float *Sb, __m512 *acc, const int is4, const int GC)
+/* Round r's tile products into dot, and the float work of round p (the
+ * one before, its products in pdot; none if p is NULL) woven in between:
+ * a tile product's work waits on its loads and its store, and vector work
+ * after it overlaps that wait only if little lies between.  For G = 32
+ * each block's tiles are followed by the float work of p's same block
+ * (16 independent chains): q8g32 5632x2048 by 512 rows 0.89-0.91 ->
+ * 1.00-1.06 TOP/s, q4g32 0.76-0.77 -> 0.83-0.86 (TinyLlama pp512 q8
+ * 312-317 -> 347-353, q4 293-299 -> 318-324, three alternations) against
+ * a round's tiles then the whole float work of the round before.  Four
+ * rows of p after each block instead (each row's chain of four blocks
+ * latency-bound): 0.88-0.93 for q8g32.  Larger groups chain a row's
+ * blocks, so take p's rows by halves after two blocks each (q4g128
+ * 0.92-0.94 against 0.90-0.92; by quarters 0.81-0.86). */
+AI void round_step(const ds_mat *w, const uint8_t *rs, const round *r,
+		   uint8_t (*wb)[DS_QBLOCK / 4][64], const int8_t *xq, size_t ldq,
+		   int32_t (*dot)[TM][16], const round *p, const int32_t (*pdot)[TM][16],
+		   const tscales *sc, float (*Ab)[16], float *Sb, __m512 *acc,
+		   const int is4, const int GC)
 {
 	__m512 sv[NBR], zv[NBR];
 	int t;
 
-	round_scales(w, rs, r, sv, zv, is4, GC);
+	if (p)
+		round_scales(w, rs, p, sv, zv, is4, GC);
 	if (GC == DS_QBLOCK) {
-		round_rows32(r, dot, sc, sv, zv, acc, is4);
+		TILE_BLOCK(0, 0, 1, 2);
+		if (p)
+			block_rows32(p, pdot, 0, sc, sv, zv, acc, is4);
+		TILE_BLOCK(1, 3, 4, 5);
+		if (p)
+			block_rows32(p, pdot, 1, sc, sv, zv, acc, is4);
+		TILE_BLOCK(2, 0, 1, 6);
+		if (p)
+			block_rows32(p, pdot, 2, sc, sv, zv, acc, is4);
+		TILE_BLOCK(3, 3, 4, 7);
+		if (p)
+			block_rows32(p, pdot, 3, sc, sv, zv, acc, is4);
 		return;
 	}
+	TILE_BLOCK(0, 0, 1, 2);
+	TILE_BLOCK(1, 3, 4, 5);
 #pragma GCC unroll 16
-	for (t = 0; t < TM; t++)
-		round_row(r, dot, t, sc, sv, zv, Ab, Sb, &acc[t], GC);
+	for (t = 0; p && t < TM / 2; t++)
+		round_row(p, pdot, t, sc, sv, zv, Ab, Sb, &acc[t], GC);
+	TILE_BLOCK(2, 0, 1, 6);
+	TILE_BLOCK(3, 3, 4, 7);
+#pragma GCC unroll 16
+	for (t = TM / 2; p && t < TM; t++)
+		round_row(p, pdot, t, sc, sv, zv, Ab, Sb, &acc[t], GC);
 }
 
 /* One row-set (rows masked by m) times activation rows t0 .. t0+15, in
- * rounds of tile products, each round's float work done after the next
+ * rounds of tile products, each round's float work woven into the next
  * round's tiles and each q4 round split a round ahead: a tile load of
  * bytes just stored, or a vector load of a tile just stored, waits for
  * the stores to reach the cache (a q4 block took 26 ns split just before
@@ -320,17 +341,21 @@ AI void amx_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
 			if (is4)
 				unpack_q4(&next, wb[(i + 1) & 1]);
 		}
-		round_tiles(&cur, wb[i & 1], xq, ldq, dot[i & 1], is4);
-		if (i > 0)
-			round_floats(w, rs, &prev, (const int32_t (*)[TM][16])dot[(i - 1) & 1],
-				     sc, Ab, Sb, acc, is4, GC);
+		if (i == 0)
+			round_step(w, rs, &cur, wb[0], xq, ldq, dot[0], NULL, NULL, sc, Ab, Sb,
+				   acc, is4, GC);
+		else
+			round_step(w, rs, &cur, wb[i & 1], xq, ldq, dot[i & 1], &prev,
+				   (const int32_t (*)[TM][16])dot[(i - 1) & 1], sc, Ab, Sb, acc,
+				   is4, GC);
 		prev = cur;
 		if (last)
 			break;
 		cur = next;
 	}
-	round_floats(w, rs, &prev, (const int32_t (*)[TM][16])dot[i & 1], sc, Ab, Sb,
-		     acc, is4, GC);
+	/* the last round's float work, with no tiles (a round of no blocks) */
+	round_step(w, rs, &(round){ .nbk = 0 }, wb[0], xq, ldq, dot[0], &prev,
+		   (const int32_t (*)[TM][16])dot[i & 1], sc, Ab, Sb, acc, is4, GC);
 #pragma GCC unroll 16
 	for (t = 0; t < TM; t++) {
 		if (m == 0xffff)
