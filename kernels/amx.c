@@ -15,8 +15,9 @@
  * one conversion and one FMA per block and the group's scale and zero
  * (q8g32's zero folded into the block's FMA: kernels.h DS_Q8_FOLD), in
  * the same order, so a row's result is bit for bit the AVX-512 one and
- * does not depend on the tile.  Fewer than 16 rows left (decode, a
- * short prompt's tail) go to the AVX-512 kernels.
+ * does not depend on the tile.  A last tile of 8-15 rows runs with the
+ * tiles configured for its rows; fewer rows left (decode, a short
+ * prompt's or a MoE expert's tail) go to the AVX-512 kernels (TAIL_MIN).
  *
  * On the Xeon this was measured on, a tdpbsud and 32 FMAs took 10.6 ns,
  * alone 6.0 and 5.4: tile and vector work overlap only when woven finely
