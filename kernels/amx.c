@@ -279,19 +279,19 @@ AI void round_step(const ds_mat *w, const uint8_t *rs, const round *r,
 
 	if (p)
 		round_scales(w, rs, p, sv, zv, is4, GC);
+/* block b's tiles, then the float work of p's block b */
+#define TILE_BLOCK32(b, TA, TB, TC)                                           \
+	do {                                                                  \
+		TILE_BLOCK(b, TA, TB, TC);                                    \
+		if (p)                                                        \
+			block_rows32(p, pdot, b, sc, sv, zv, acc, is4, n);    \
+	} while (0)
+
 	if (GC == DS_QBLOCK) {
-		TILE_BLOCK(0, 0, 1, 2);
-		if (p)
-			block_rows32(p, pdot, 0, sc, sv, zv, acc, is4, n);
-		TILE_BLOCK(1, 3, 4, 5);
-		if (p)
-			block_rows32(p, pdot, 1, sc, sv, zv, acc, is4, n);
-		TILE_BLOCK(2, 0, 1, 6);
-		if (p)
-			block_rows32(p, pdot, 2, sc, sv, zv, acc, is4, n);
-		TILE_BLOCK(3, 3, 4, 7);
-		if (p)
-			block_rows32(p, pdot, 3, sc, sv, zv, acc, is4, n);
+		TILE_BLOCK32(0, 0, 1, 2);
+		TILE_BLOCK32(1, 3, 4, 5);
+		TILE_BLOCK32(2, 0, 1, 6);
+		TILE_BLOCK32(3, 3, 4, 7);
 		return;
 	}
 	TILE_BLOCK(0, 0, 1, 2);
