@@ -294,6 +294,7 @@ AI void round_step(const ds_mat *w, const uint8_t *rs, const round *r,
 		TILE_BLOCK32(3, 3, 4, 7);
 		return;
 	}
+#undef TILE_BLOCK32
 	TILE_BLOCK(0, 0, 1, 2);
 	TILE_BLOCK(1, 3, 4, 5);
 #pragma GCC unroll 16
@@ -390,9 +391,9 @@ AI void amx_rowset(const ds_mat *w, size_t rs, const ds_act *x, size_t t0,
 		amx_tile(w, p, x, t0, sc, yr, ldy, m, is4, 0, n);
 }
 
-/* Whole tiles of 16 activation rows here, the rest on AVX-512; each tile
- * through RS_BLK row-sets in turn, so that both stay in the core's L2
- * (q4g32 5632x2048 by 512 rows: 0.64-0.70 TOP/s against 0.50-0.54 a
+/* Tiles of 16 activation rows here (and a last one of TAIL_MIN rows or
+ * more, below), the rest on AVX-512; each tile through RS_BLK row-sets
+ * in turn, so that both stay in the core's L2 (q4g32 5632x2048 by 512 rows: 0.64-0.70 TOP/s against 0.50-0.54 a
  * row-set by all rows).  By 512 rows, two alternations, TOP/s for q8g32
  * 5632x2048, q4g32 2048x5632 and 5632x2048: 16 by 16 rows 0.81-0.82,
  * 0.79, 0.78-0.79; by 32 0.78-0.81, 0.75-0.78, 0.80; by 64 0.71-0.76,
