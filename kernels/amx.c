@@ -393,8 +393,9 @@ AI void amx_rowset(const ds_mat *w, size_t rs, const ds_act *x, size_t t0,
 
 /* Tiles of 16 activation rows here (and a last one of TAIL_MIN rows or
  * more, below), the rest on AVX-512; each tile through RS_BLK row-sets
- * in turn, so that both stay in the core's L2 (q4g32 5632x2048 by 512 rows: 0.64-0.70 TOP/s against 0.50-0.54 a
- * row-set by all rows).  By 512 rows, two alternations, TOP/s for q8g32
+ * in turn, so that both stay in the core's L2 (q4g32 5632x2048 by 512
+ * rows: 0.64-0.70 TOP/s against 0.50-0.54 a row-set by all rows).  By
+ * 512 rows, two alternations, TOP/s for q8g32
  * 5632x2048, q4g32 2048x5632 and 5632x2048: 16 by 16 rows 0.81-0.82,
  * 0.79, 0.78-0.79; by 32 0.78-0.81, 0.75-0.78, 0.80; by 64 0.71-0.76,
  * 0.73, 0.74-0.76 (TinyLlama q8 pp512 281-285 -> 294-299 t/s); 8 or 32
