@@ -477,7 +477,7 @@ AI void amx_mm(const ds_mat *w, const ds_act *x, float *y, size_t ldy, size_t rs
 	if (on < x->t) {
 		ds_act r = ds_act_rows(x, on, x->t - on);
 
-		(is4 ? ds_avx512_mm_q4 : ds_avx512_mm_q8)(w, &r, y + on * ldy, ldy, rs0, rs1);
+		(is4 ? ds_avx512x_mm_q4 : ds_avx512x_mm_q8)(w, &r, y + on * ldy, ldy, rs0, rs1);
 	}
 }
 
@@ -536,5 +536,6 @@ void ds_kernels_fill_amx(ds_kernels *k)
 	k->act_qt = 1;
 	k->mm[DS_Q8] = mm_q8;
 	k->mm[DS_Q4] = mm_q4;
+	k->mm[DS_BF16] = ds_avx512x_mm_bf16;
 	k->peak_probe = peak_probe;
 }

@@ -264,6 +264,15 @@ AI void q_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
  * difference for q8g32, 3072 was worse. */
 #define VEC_STREAMS 2
 #define PF_VEC 3072
+/* ... and on the Xeons with AMX (the AMX table's decode, sp = 1): four
+ * streams 1024 bytes ahead.  TinyLlama decode (`ds-bench -p 0 -n 128 -r
+ * 3`, 2 threads, four alternations, tokens/s): q8g32 24.8-25.2 -> 25.7-26.1,
+ * q4g32 43.7-45.5 -> 45.6-46.4 (two streams 1024 ahead 25.5-25.9 and
+ * 44.0-45.2; four 1536 ahead as four 1024); DeepSeek-V2-Lite's shape
+ * (--layers 4) 65.5-73.4 -> 71.3-77.2; the matvec rows of `ds-bench
+ * --kernels -s 5632x2048` 1.00-1.03 -> 1.03-1.09 of the probe. */
+#define STREAMS(sp) ((sp) ? 4 : VEC_STREAMS)
+#define PF(sp) ((sp) ? 1024 : PF_VEC)
 
 typedef struct { char b[4]; } b4;
 
@@ -284,7 +293,7 @@ AI __m512i dp_x(__m512i acc, __m512i w, const int8_t *p, __m512i b, const int sh
 /* One 32-block of R row-sets rsb bytes apart, at k (wp = row-set 0's
  * weights of the block): A[r] += d * (exact integer dot product). */
 AI void vec_blk(const uint8_t *wp, size_t rsb, const int8_t *xq, const float *d,
-		__m512 *A, const int is4, const int R)
+		__m512 *A, const int is4, const int R, const int sp)
 {
 	const __m512i m0 = _mm512_set1_epi8(0x0f), m1 = _mm512_set1_epi8((char)0xf0);
 	const int shared = is4 && R > 1;
@@ -297,7 +306,7 @@ AI void vec_blk(const uint8_t *wp, size_t rsb, const int8_t *xq, const float *d,
 #pragma GCC unroll 8
 		for (c = 0; c < 8; c++)
 			if (is4 == 0 || c < 4)
-				_mm_prefetch((const char *)wp + r * rsb + 64 * c + PF_VEC, _MM_HINT_T0);
+				_mm_prefetch((const char *)wp + r * rsb + 64 * c + PF(sp), _MM_HINT_T0);
 	}
 #pragma GCC unroll 8
 	for (c = 0; c < 8; c++)
@@ -367,7 +376,7 @@ AI void q_grp_end(const uint8_t *sc, const uint8_t *zp, size_t rsb, const __m512
  * 1.004 of the probe; with q4g128 0.959 against 1.030 (so g32 only; the
  * earlier form for q4 and q8 alike made q8 decode 4-7% slower). */
 AI size_t q4g32_vec_segs(const uint8_t *rs, size_t rsb, size_t ng, const ds_act *x,
-			 __m512 *acc, const int R)
+			 __m512 *acc, const int R, const int sp)
 {
 	const size_t G = 32, SEGB = ds_qseg_off(1, G, DS_QSEG), nseg = ng / DS_QSEG;
 	/* read once: the fence's memory clobber would reload them each group */
@@ -377,10 +386,10 @@ AI size_t q4g32_vec_segs(const uint8_t *rs, size_t rsb, size_t ng, const ds_act 
 	int j, r;
 
 	for (s = 0; s < nseg; s++) {
-		const uint8_t *sp = rs + s * SEGB;
+		const uint8_t *sg = rs + s * SEGB;
 		const size_t k0 = s * DS_QSEG * G;
 
-		ds_qseg_fetch(sp, rsb, G, 0, 1, R, PF_VEC);
+		ds_qseg_fetch(sg, rsb, G, 0, 1, R, PF(sp));
 #pragma GCC unroll 4
 		for (j = 0; j < DS_QSEG; j++) {
 			const size_t k = k0 + (size_t)j * G;
@@ -390,11 +399,11 @@ AI size_t q4g32_vec_segs(const uint8_t *rs, size_t rsb, size_t ng, const ds_act 
 #pragma GCC unroll 4
 			for (r = 0; r < R; r++)
 				A[r] = _mm512_setzero_ps();
-			vec_blk(sp + ds_qgrp_w(1, G, DS_QSEG, j), rsb, xq + k, xd + k / DS_QBLOCK,
-				A, 1, R);
+			vec_blk(sg + ds_qgrp_w(1, G, DS_QSEG, j), rsb, xq + k, xd + k / DS_QBLOCK,
+				A, 1, R, sp);
 			S += xs[k / DS_QBLOCK];
 			SCHED_FENCE();
-			q_grp_end(sp + ds_qgrp_s(1, G, j), sp + ds_qgrp_z(G, DS_QSEG, j), rsb, A,
+			q_grp_end(sg + ds_qgrp_s(1, G, j), sg + ds_qgrp_z(G, DS_QSEG, j), rsb, A,
 				  S, acc, 1, R, 0);
 		}
 	}
@@ -404,7 +413,8 @@ AI size_t q4g32_vec_segs(const uint8_t *rs, size_t rsb, size_t ng, const ds_act 
 /* R row-sets from rs (q4 or q8), y their 16 R outputs; GC the group size
  * when it is a compile-time constant (0: w's). */
 AI void q_vec(const ds_mat *w, const uint8_t *rs, size_t sets, const ds_act *x,
-	      float *y, const __mmask16 *m, const int is4, const int R, const int GC)
+	      float *y, const __mmask16 *m, const int is4, const int R, const int GC,
+	      const int sp)
 {
 	const size_t kp = w->kp, G = GC ? (size_t)GC : w->type.group, ng = kp / G;
 	const size_t rsb = sets * w->rs_bytes;
@@ -418,19 +428,20 @@ AI void q_vec(const ds_mat *w, const uint8_t *rs, size_t sets, const ds_act *x,
 		acc[r] = _mm512_setzero_ps();
 	g = 0;
 	if (is4 && GC == 32)
-		g = q4g32_vec_segs(rs, rsb, ng, x, acc, R);
+		g = q4g32_vec_segs(rs, rsb, ng, x, acc, R, sp);
 	for (; g < ng; g++) {
 		const uint8_t *gw = rs + ds_qgrp_w(is4, G, ng, g) - (is4 ? 8 : 16) * g * G;
 		float S = 0;
 
 		if (g % DS_QSEG == 0)
-			ds_qseg_fetch(rs, rsb, G, g, is4, R, PF_VEC);
+			ds_qseg_fetch(rs, rsb, G, g, is4, R, PF(sp));
 #pragma GCC unroll 4
 		for (r = 0; r < R; r++)
 			A[r] = fold ? _mm512_set1_ps(DS_Q8_ADDEND(x->qs[g])) : _mm512_setzero_ps();
 #pragma GCC unroll 4
 		for (k = g * G; k < (g + 1) * G; k += DS_QBLOCK) {
-			vec_blk(gw + (is4 ? 8 : 16) * k, rsb, x->q + k, x->qd + k / DS_QBLOCK, A, is4, R);
+			vec_blk(gw + (is4 ? 8 : 16) * k, rsb, x->q + k, x->qd + k / DS_QBLOCK, A, is4, R,
+				sp);
 			S += x->qs[k / DS_QBLOCK];
 		}
 		q_grp_end(rs + ds_qgrp_s(is4, G, g), rs + (is4 ? ds_qgrp_z(G, ng, g) : 0), rsb,
@@ -447,7 +458,7 @@ AI void bf16_vec(const ds_mat *w, const uint8_t *rs, size_t sets, const ds_act *
 /* R row-sets for one activation row, the first at row-set rs, the others
  * `sets` row-sets apart: kind 0 q8, 1 q4, 2 bf16. */
 AI void vec_call(const ds_mat *w, size_t rs, size_t sets, const ds_act *x,
-		 float *y, const int kind, const int R)
+		 float *y, const int kind, const int R, const int sp)
 {
 	const uint8_t *p = w->data + rs * w->rs_bytes;
 	__mmask16 m[4];
@@ -461,43 +472,44 @@ AI void vec_call(const ds_mat *w, size_t rs, size_t sets, const ds_act *x,
 		return;
 	}
 	switch (w->type.group) {
-	case 32: q_vec(w, p, sets, x, y, m, kind, R, 32); break;
-	case 64: q_vec(w, p, sets, x, y, m, kind, R, 64); break;
-	case 128: q_vec(w, p, sets, x, y, m, kind, R, 128); break;
-	default: q_vec(w, p, sets, x, y, m, kind, R, 0); break;
+	case 32: q_vec(w, p, sets, x, y, m, kind, R, 32, sp); break;
+	case 64: q_vec(w, p, sets, x, y, m, kind, R, 64, sp); break;
+	case 128: q_vec(w, p, sets, x, y, m, kind, R, 128, sp); break;
+	default: q_vec(w, p, sets, x, y, m, kind, R, 0, sp); break;
 	}
 }
 
-/* Row-sets rs0 .. rs1-1 for one activation row, as VEC_STREAMS streams:
+/* Row-sets rs0 .. rs1-1 for one activation row, as STREAMS(sp) streams:
  * the range in parts, each walked in address order (a stream continues
- * where the hardware prefetcher already is), then the last row-set of an
- * odd range alone.  Four adjacent row-sets at a time instead (four
+ * where the hardware prefetcher already is), then the row-sets left
+ * alone.  Four adjacent row-sets at a time instead (four
  * streams one row-set apart) made TinyLlama q4 decode 12-17% slower
  * (four alternations); without the per-block prefetches, 26-37% slower
  * (three); one stream without them (the hardware prefetcher alone) 0.74
  * of the probe against 0.95 (q4, 30 rounds). */
 AI void vecs(const ds_mat *w, const ds_act *x, float *y, size_t rs0,
-	     size_t rs1, const int kind)
+	     size_t rs1, const int kind, const int sp)
 {
-	size_t q = (rs1 - rs0) / VEC_STREAMS, rs;
+	size_t q = (rs1 - rs0) / STREAMS(sp), rs;
 
-	if (q > 0)      /* the streams' first PF_VEC bytes: a claim starts cold */
-		ds_fetch_streams(w->data + rs0 * w->rs_bytes, q * w->rs_bytes, VEC_STREAMS,
-				 PF_VEC);
+	if (q > 0)      /* the streams' first PF(sp) bytes: a claim starts cold */
+		ds_fetch_streams(w->data + rs0 * w->rs_bytes, q * w->rs_bytes, STREAMS(sp),
+				 PF(sp));
 	for (rs = rs0; rs < rs0 + q; rs++)
-		vec_call(w, rs, q, x, y, kind, VEC_STREAMS);
-	for (rs = rs0 + VEC_STREAMS * q; rs < rs1; rs++)
-		vec_call(w, rs, 1, x, y, kind, 1);
+		vec_call(w, rs, q, x, y, kind, STREAMS(sp), sp);
+	for (rs = rs0 + STREAMS(sp) * q; rs < rs1; rs++)
+		vec_call(w, rs, 1, x, y, kind, 1, sp);
 }
 
-/* Row-sets in pairs while there are two, activation rows in tiles. */
+/* Row-sets in pairs while there are two, activation rows in tiles; sp:
+ * the decode streams' profile (STREAMS, PF). */
 AI void q_mm(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
-	     size_t rs0, size_t rs1, const int is4)
+	     size_t rs0, size_t rs1, const int is4, const int sp)
 {
 	size_t rs, t;
 
 	if (x->t == 1) {
-		vecs(w, x, y, rs0, rs1, is4);
+		vecs(w, x, y, rs0, rs1, is4, sp);
 		return;
 	}
 	for (rs = rs0; rs < rs1; rs++) {
@@ -532,13 +544,26 @@ AI void q_mm(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
 void ds_avx512_mm_q4(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
 		     size_t rs0, size_t rs1)
 {
-	q_mm(w, x, y, ldy, rs0, rs1, 1);
+	q_mm(w, x, y, ldy, rs0, rs1, 1, 0);
 }
 
 void ds_avx512_mm_q8(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
 		     size_t rs0, size_t rs1)
 {
-	q_mm(w, x, y, ldy, rs0, rs1, 0);
+	q_mm(w, x, y, ldy, rs0, rs1, 0, 0);
+}
+
+/* The same with the AMX Xeons' decode streams (the AMX table's). */
+void ds_avx512x_mm_q4(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
+		      size_t rs0, size_t rs1)
+{
+	q_mm(w, x, y, ldy, rs0, rs1, 1, 1);
+}
+
+void ds_avx512x_mm_q8(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
+		      size_t rs0, size_t rs1)
+{
+	q_mm(w, x, y, ldy, rs0, rs1, 0, 1);
 }
 
 /* ---- bf16 ------------------------------------------------------------------- */
@@ -608,13 +633,13 @@ AI void bf16_vec(const ds_mat *w, const uint8_t *rs, size_t sets, const ds_act *
 		stm(y + DS_ROWSET * sets * r, m[r], _mm512_add_ps(a0[r], a1[r]));
 }
 
-static void mm_bf16(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
-		    size_t rs0, size_t rs1)
+AI void bf16_mm(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
+		size_t rs0, size_t rs1, const int sp)
 {
 	size_t rs, t;
 
 	if (x->t == 1) {
-		vecs(w, x, y, rs0, rs1, 2);
+		vecs(w, x, y, rs0, rs1, 2, sp);
 		return;
 	}
 	for (rs = rs0; rs < rs1; rs++) {
@@ -628,6 +653,18 @@ static void mm_bf16(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
 #undef CALL
 		}
 	}
+}
+
+static void mm_bf16(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
+		    size_t rs0, size_t rs1)
+{
+	bf16_mm(w, x, y, ldy, rs0, rs1, 0);
+}
+
+void ds_avx512x_mm_bf16(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
+			size_t rs0, size_t rs1)
+{
+	bf16_mm(w, x, y, ldy, rs0, rs1, 1);
 }
 
 /* ---- f32 / f16, row-major: dot products, 4 rows by up to 4 x rows ------- */
