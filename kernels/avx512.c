@@ -541,30 +541,18 @@ AI void q_mm(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
 	}
 }
 
-void ds_avx512_mm_q4(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
-		     size_t rs0, size_t rs1)
-{
-	q_mm(w, x, y, ldy, rs0, rs1, 1, 0);
-}
-
-void ds_avx512_mm_q8(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
-		     size_t rs0, size_t rs1)
-{
-	q_mm(w, x, y, ldy, rs0, rs1, 0, 0);
-}
-
-/* The same with the AMX Xeons' decode streams (the AMX table's). */
-void ds_avx512x_mm_q4(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
-		      size_t rs0, size_t rs1)
-{
-	q_mm(w, x, y, ldy, rs0, rs1, 1, 1);
-}
-
-void ds_avx512x_mm_q8(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
-		      size_t rs0, size_t rs1)
-{
-	q_mm(w, x, y, ldy, rs0, rs1, 0, 1);
-}
+/* The q4 and q8 products, and (x) the same with the AMX Xeons' decode
+ * streams (the AMX table's). */
+#define Q_MM_FN(name, is4, sp)                                                \
+	void name(const ds_mat *w, const ds_act *x, float *y, size_t ldy,     \
+		  size_t rs0, size_t rs1)                                     \
+	{                                                                     \
+		q_mm(w, x, y, ldy, rs0, rs1, is4, sp);                        \
+	}
+Q_MM_FN(ds_avx512_mm_q4, 1, 0)
+Q_MM_FN(ds_avx512_mm_q8, 0, 0)
+Q_MM_FN(ds_avx512x_mm_q4, 1, 1)
+Q_MM_FN(ds_avx512x_mm_q8, 0, 1)
 
 /* ---- bf16 ------------------------------------------------------------------- */
 
