@@ -218,6 +218,7 @@ AI void block_rows32(const round *r, const int32_t (*dot)[TM][16], size_t b,
 		     __m512 *acc, const int is4, const int n)
 {
 	const size_t bk = r->k / DS_QBLOCK + b;
+	const int qt = DS_Q8_FOLD(is4, DS_QBLOCK);  /* sc: ds_act.qt's layout */
 	int t;
 
 	if (b >= r->nbk)
@@ -227,10 +228,10 @@ AI void block_rows32(const round *r, const int32_t (*dot)[TM][16], size_t b,
 		if (t >= n)
 			break;
 		const __m512 i = _mm512_cvtepi32_ps(_mm512_load_si512(dot[b][t]));
-		const __m512 d = _mm512_set1_ps(sc_at(sc, sc->d, t, bk, !is4));
+		const __m512 d = _mm512_set1_ps(sc_at(sc, sc->d, t, bk, qt));
 		/* q_tile's S = 0 + s is s itself: s is never -0 (d >= 0 times
 		 * an integer sum; kernels.h, tested) */
-		const __m512 S = _mm512_set1_ps(sc_at(sc, sc->s, t, bk, !is4));
+		const __m512 S = _mm512_set1_ps(sc_at(sc, sc->s, t, bk, qt));
 
 		if (is4)
 			acc[t] = _mm512_fmadd_ps(sv[b], _mm512_fnmadd_ps(zv[b], S,
@@ -450,8 +451,7 @@ AI void amx_mm(const ds_mat *w, const ds_act *x, float *y, size_t ldy, size_t rs
 	const size_t nb = x->ldq / DS_QBLOCK;
 	const int fold = DS_Q8_FOLD(is4, w->type.group);
 	const size_t tiled = x->t / TM * TM + (x->t % TM >= TAIL_MIN ? x->t % TM : 0);
-	/* an odd number of cache lines from block to block (ops/ctx.c) */
-	const size_t ld = x->qt ? x->ldqt : (x->t + TM - 1) / TM * TM | TM;
+	const size_t ld = x->qt ? x->ldqt : ds_act_qt_ld(x->t);
 	float *own = fold && tiled > 0 && x->qt == NULL ? own_qt(x, ld) : NULL;
 	const float *qt = x->qt ? x->qt : own;
 	const size_t on = fold && qt == NULL ? 0 : tiled;
@@ -533,7 +533,7 @@ void ds_kernels_fill_amx(ds_kernels *k)
 	k->name = "avx512+amx";
 	k->isa = DS_ISA_AMX;
 	k->mm_rows = 16;
-	k->act_qt = 1;
+	k->act_qt = TAIL_MIN;
 	k->mm[DS_Q8] = mm_q8;
 	k->mm[DS_Q4] = mm_q4;
 	k->mm[DS_BF16] = ds_avx512x_mm_bf16;

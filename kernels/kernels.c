@@ -233,6 +233,11 @@ ds_act ds_act_rows(const ds_act *x, size_t t0, size_t nt)
 	return r;
 }
 
+size_t ds_act_qt_ld(size_t rows)
+{
+	return rows > SIZE_MAX - 31 ? 0 : (rows + 15) / 16 * 16 | 16;
+}
+
 size_t ds_act_qt_floats(size_t ldqt, size_t ldq)
 {
 	const size_t nb = ldq / DS_QBLOCK;

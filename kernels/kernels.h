@@ -102,6 +102,11 @@ typedef struct ds_act {
 	size_t ldqt;
 } ds_act;
 
+/* The ldqt of a ds_act.qt for rows rows: whole tiles of 16 and an odd
+ * number of cache lines from block to block, so that a row's blocks do
+ * not all fall in one set of the cache (0 if it overflows; the size of
+ * a qt of 0 rows is 0). */
+size_t ds_act_qt_ld(size_t rows);
 /* Floats of a ds_act.qt of ldqt rows of ldq (0 if they or their bytes
  * overflow a size_t). */
 size_t ds_act_qt_floats(size_t ldqt, size_t ldq);
@@ -179,8 +184,8 @@ typedef struct ds_kernels {
 	/* activation rows a product call takes whole: the callers' blocks of
 	 * rows are multiples of it (the tiles: 4 and 6 rows, AMX's 16) */
 	unsigned mm_rows;
-	/* 1: the q8g32 products read ds_act.qt (made for the call where it
-	 * is not given) */
+	/* the q8g32 products of act_qt rows or more read ds_act.qt (made for
+	 * the call where it is not given); 0: none do */
 	unsigned act_qt;
 
 	/* ---- activation preparation, one row ----

@@ -24,9 +24,9 @@ static void *take(size_t n, size_t size, int *fail, ds_err *err)
 	return p;
 }
 
-/* qt: the kernels read ds_act.qt (q8g32's; given to buffers of 16 rows
- * or more: the products of fewer do not read it). */
-static void buf_alloc(ds_actbuf *b, size_t rows, size_t k, unsigned types, int qt,
+/* qt: the kernels' act_qt (q8g32's products of that many rows or more
+ * read ds_act.qt; a buffer of fewer rows gets none). */
+static void buf_alloc(ds_actbuf *b, size_t rows, size_t k, unsigned types, unsigned qt,
 		      int *fail, ds_err *err)
 {
 	memset(b, 0, sizeof *b);
@@ -37,12 +37,10 @@ static void buf_alloc(ds_actbuf *b, size_t rows, size_t k, unsigned types, int q
 		b->q = take(rows, b->ldq, fail, err);
 		b->qd = take(rows, b->ldq / DS_QBLOCK * sizeof(float), fail, err);
 		b->qs = take(rows, b->ldq / DS_QBLOCK * sizeof(float), fail, err);
-		if (qt && (types & 1u << DS_Q8) && rows >= 16) {
-			/* an odd number of cache lines from block to block, so that
-			 * a row's blocks do not all fall in one set of the cache */
+		if (qt && (types & 1u << DS_Q8) && rows >= qt) {
 			size_t n;
 
-			b->ldqt = ds_round_up(rows, 16) | 16;
+			b->ldqt = ds_act_qt_ld(rows);
 			n = ds_act_qt_floats(b->ldqt, b->ldq);
 			if (n == 0 && !*fail) {
 				*fail = 1;
@@ -72,7 +70,8 @@ int ds_ctx_init(ds_ctx *c, ds_pool *pool, const ds_ctx_cfg *cfg, ds_err *err)
 	const ds_ctx_cfg *g = cfg;
 	unsigned types = g->types ? g->types : ~0u;
 	size_t mrows = g->max_rows * (g->moe_used ? g->moe_used : 1), thr;
-	int fail = 0, qt;
+	int fail = 0;
+	unsigned qt;
 
 	memset(c, 0, sizeof *c);
 	if (ds_kernels_init(err) != 0)

@@ -99,12 +99,11 @@ void ops_prep_row(const ds_ctx *c, const float *x, size_t k, size_t kp,
 	if (norm)
 		sc = (float)(1.0 / sqrt((double)K->sumsq(x, k) / (double)k + eps));
 	if (need & NEED_Q) {
-		K->quant_row(x, k, kp, perm, norm, sc, d->q + r * d->ldq,
-			     d->qd + r * (d->ldq / DS_QBLOCK),
-			     d->qs + r * (d->ldq / DS_QBLOCK));
+		float *qd = d->qd + r * (d->ldq / DS_QBLOCK), *qs = d->qs + r * (d->ldq / DS_QBLOCK);
+
+		K->quant_row(x, k, kp, perm, norm, sc, d->q + r * d->ldq, qd, qs);
 		if ((need & NEED_QT) && d->qt)
-			ds_act_qt_row(d->qt, d->ldqt, d->ldq, r, d->qd + r * (d->ldq / DS_QBLOCK),
-				      d->qs + r * (d->ldq / DS_QBLOCK));
+			ds_act_qt_row(d->qt, d->ldqt, d->ldq, r, qd, qs);
 	}
 	if (need & NEED_B)
 		K->bf16_row(x, k, kp, perm, norm, sc, d->b + r * d->ldq);

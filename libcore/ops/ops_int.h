@@ -28,7 +28,7 @@ enum { NEED_Q = 1, NEED_B = 2, NEED_F = 4, NEED_QT = 8 };
 /* The activation form a weight type reads. */
 static inline int need_of(ds_ttype t)
 {
-	if (t.dt == DS_Q8 && t.group == DS_QBLOCK)
+	if (t.dt == DS_Q8 && DS_Q8_FOLD(0, t.group))
 		return NEED_Q | NEED_QT;
 	return t.dt == DS_Q4 || t.dt == DS_Q8 ? NEED_Q : t.dt == DS_BF16 ? NEED_B : NEED_F;
 }
