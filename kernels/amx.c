@@ -37,11 +37,12 @@
 /* GCC 12's _tile_loadconfig and _tile_loadd do not tell the compiler
  * they read memory (it dropped the configuration's stores as dead), so
  * these do: TILE_LOAD of memory nothing here writes (weights,
- * activations), TILE_LOAD_BUF of the 512 bytes the q4 split just stored. */
+ * activations), TILE_LOAD_W of the 512 bytes of a q4 block as unpack_q4
+ * stored them. */
 #define TILE_LOAD(T, p, stride)                                               \
 	__asm__ volatile("tileloadd (%0,%1,1), %%tmm" #T                       \
 			 : : "r"((const void *)(p)), "r"((long)(stride)))
-#define TILE_LOAD_BUF(T, buf)                                                 \
+#define TILE_LOAD_W(T, buf)                                                   \
 	__asm__ volatile("tileloadd (%0,%1,1), %%tmm" #T                       \
 			 : : "r"((const void *)(buf)), "r"(64L),                 \
 			   "m"(*(const uint8_t(*)[DS_QBLOCK / 4 * 64])(buf)))
@@ -89,18 +90,26 @@ AI float sc_at(const tscales *sc, const float *p, int t, size_t b, const int qt)
 	return qt ? p[b * sc->bs + (size_t)t] : p[(size_t)t * sc->ts + b];
 }
 
+/* q4's ring of split blocks: a round's go from its first block's slot,
+ * k / 32 mod 2 NBR, on (a group of 96 has rounds of 3 from slot 6), and
+ * the next round's start where it ends, less 2 NBR if past it. */
+#define RING (3 * NBR - 1)
+
 /* A round: nbk 32-blocks from input k, within one segment (G = 32) or one
- * group (larger G), so their weights lie back to back from wp. */
+ * group (larger G), so their weights lie back to back from pk, and q4's
+ * split ones from wu (at block k / 32 of u, masked by um for a ring). */
 typedef struct round {
 	size_t k, nbk;
-	const uint8_t *wp;
+	const uint8_t *wp;        /* its weight tiles */
+	const uint8_t *pk;        /* q4: its packed weights, split to wu (= wp) */
+	uint8_t *wu;
 	int carry_in, carry_out;  /* a group goes on from before, past it */
 	int start[NBR], end[NBR]; /* block b starts, ends a group */
 	int j[NBR];               /* block b's group, from the round's first */
 } round;
 
-AI round round_at(const ds_mat *w, const uint8_t *rs, size_t k, const int is4,
-		       const int GC)
+AI round round_at(const ds_mat *w, const uint8_t *rs, uint8_t *u, size_t um, size_t k,
+		       const int is4, const int GC)
 {
 	const size_t G = GC ? (size_t)GC : w->type.group, ng = w->kp / G, g = k / G;
 	round r;
@@ -110,7 +119,9 @@ AI round round_at(const ds_mat *w, const uint8_t *rs, size_t k, const int is4,
 	r.nbk = (w->kp - k) / DS_QBLOCK < NBR ? (w->kp - k) / DS_QBLOCK : NBR;
 	if (G > DS_QBLOCK && (G - k % G) / DS_QBLOCK < r.nbk)
 		r.nbk = (G - k % G) / DS_QBLOCK;
-	r.wp = rs + ds_qgrp_w(is4, G, ng, g) + (is4 ? 8 : 16) * (k - g * G);
+	r.pk = rs + ds_qgrp_w(is4, G, ng, g) + (is4 ? 8 : 16) * (k - g * G);
+	r.wu = u + (k / DS_QBLOCK & um) * 512;
+	r.wp = is4 ? r.wu : r.pk;
 	if (GC)         /* round_row knows the rest */
 		return r;
 	r.carry_in = k % G != 0;
@@ -125,27 +136,29 @@ AI round round_at(const ds_mat *w, const uint8_t *rs, size_t k, const int is4,
 	return r;
 }
 
-/* q4's blocks as tiles: a chunk c holds inputs 8c..8c+3 in its low
- * nibbles, 8c+4..8c+7 in its high ones (types.h), tile rows 2c and 2c+1.
- * (q8's chunks are the tiles as they lie.) */
-AI void unpack_q4(const round *r, uint8_t (*wb)[DS_QBLOCK / 4][64])
+/* q4's blocks as the tiles they load, 512 bytes a 32-block (r->wu): a
+ * chunk c holds inputs 8c..8c+3 in its low nibbles, 8c+4..8c+7 in its
+ * high ones (types.h), tile rows 2c and 2c+1.  (q8's chunks are the tiles
+ * as they lie.) */
+AI void unpack_q4(const round *r)
 {
 	const __m512i m4 = _mm512_set1_epi8(15);
+	uint8_t *d = r->wu;
 	size_t b;
 	int c;
 
 	for (b = 0; b < r->nbk; b++)
 #pragma GCC unroll 4
 		for (c = 0; c < 4; c++) {
-			__m512i v = _mm512_loadu_si512(r->wp + 256 * b + 64 * c);
+			__m512i v = _mm512_loadu_si512(r->pk + 256 * b + 64 * c);
 
-			_mm512_store_si512(wb[b][2 * c], _mm512_and_si512(v, m4));
-			_mm512_store_si512(wb[b][2 * c + 1],
+			_mm512_store_si512(d + 512 * b + 128 * c, _mm512_and_si512(v, m4));
+			_mm512_store_si512(d + 512 * b + 128 * c + 64,
 					   _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
 		}
 }
 
-/* Block b of round r, if it has one: the weights (wb, or q8's own) into
+/* Block b of round r, if it has one: the weights (q4's split, q8's own) into
  * tile TB, the activations into TA, their products into TC, stored to
  * dot[b].  Blocks in turn use tiles of their own, so none waits for a
  * tile the one before still reads. */
@@ -154,7 +167,7 @@ AI void unpack_q4(const round *r, uint8_t (*wb)[DS_QBLOCK / 4][64])
 		if (r->nbk <= (b))                                            \
 			break;                                                \
 		if (is4)                                                      \
-			TILE_LOAD_BUF(TB, wb[b]);                             \
+			TILE_LOAD_W(TB, r->wp + 512 * (b));                   \
 		else                                                          \
 			TILE_LOAD(TB, r->wp + 512 * (b), 64);                 \
 		TILE_LOAD(TA, xq + r->k + DS_QBLOCK * (b), ldq);              \
@@ -270,7 +283,7 @@ AI void round_scales(const ds_mat *w, const uint8_t *rs, const round *r, __m512 
  * blocks, so take p's rows by halves after two blocks each (q4g128
  * 0.92-0.94 against 0.90-0.92; by quarters 0.81-0.86). */
 AI void round_step(const ds_mat *w, const uint8_t *rs, const round *r,
-		   uint8_t (*wb)[DS_QBLOCK / 4][64], const int8_t *xq, size_t ldq,
+		   const int8_t *xq, size_t ldq,
 		   int32_t (*dot)[TM][16], const round *p, const int32_t (*pdot)[TM][16],
 		   const tscales *sc, float (*Ab)[16], float *Sb, __m512 *acc,
 		   const int is4, const int GC, const int n)
@@ -312,19 +325,21 @@ AI void round_step(const ds_mat *w, const uint8_t *rs, const round *r,
 
 /* One row-set (rows masked by m) times activation rows t0 .. t0+15, in
  * rounds of tile products, each round's float work woven into the next
- * round's tiles and each q4 round split a round ahead: a tile load of
- * bytes just stored, or a vector load of a tile just stored, waits for
- * the stores to reach the cache (a q4 block took 26 ns split just before
- * its tile load, 5 ns alone). */
-AI void amx_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
-		 const tscales *sc, float *y, size_t ldy, __mmask16 m,
+ * round's tiles: a vector load of a tile just stored waits for the store
+ * to reach the cache.  q4's weights are split a round ahead (a block
+ * split just before its tile load took 26 ns, 5 ns alone), to u (the
+ * row-set's, if split; if not, u holds them) or with u NULL to a ring. */
+AI void amx_tile(const ds_mat *w, const uint8_t *rs, uint8_t *u, int split,
+		 const ds_act *x, size_t t0, const tscales *sc, float *y, size_t ldy, __mmask16 m,
 		 const int is4, const int GC, const int n)
 {
 	const size_t kp = w->kp;
 	const size_t ldq = x->ldq;
 	const int8_t *xq = x->q + t0 * ldq;
 	int32_t dot[2][NBR][TM][16] __attribute__((aligned(64)));
-	uint8_t wb[2][NBR][DS_QBLOCK / 4][64] __attribute__((aligned(64)));
+	uint8_t ring[RING][512] __attribute__((aligned(64)));
+	uint8_t *ub = u ? u : ring[0];          /* q4's tiles: the ring, or u */
+	const size_t um = u ? SIZE_MAX : 2 * NBR - 1;
 	float Ab[TM][16] __attribute__((aligned(64))), Sb[TM];
 	__m512 acc[TM];
 	round cur, prev;
@@ -337,23 +352,24 @@ AI void amx_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
 		memset(Ab, 0, sizeof Ab);
 		memset(Sb, 0, sizeof Sb);
 	}
-	cur = prev = round_at(w, rs, 0, is4, GC);
-	if (is4)
-		unpack_q4(&cur, wb[0]);
+	split |= u == NULL;
+	cur = prev = round_at(w, rs, ub, um, 0, is4, GC);
+	if (is4 && split)
+		unpack_q4(&cur);
 	for (i = 0;; i++) {
 		const int last = cur.k + cur.nbk * DS_QBLOCK == kp;
 		round next = cur;
 
 		if (!last) {
-			next = round_at(w, rs, cur.k + cur.nbk * DS_QBLOCK, is4, GC);
-			if (is4)
-				unpack_q4(&next, wb[(i + 1) & 1]);
+			next = round_at(w, rs, ub, um, cur.k + cur.nbk * DS_QBLOCK, is4, GC);
+			if (is4 && split)
+				unpack_q4(&next);
 		}
 		if (i == 0)
-			round_step(w, rs, &cur, wb[0], xq, ldq, dot[0], NULL, NULL, sc, Ab, Sb,
+			round_step(w, rs, &cur, xq, ldq, dot[0], NULL, NULL, sc, Ab, Sb,
 				   acc, is4, GC, n);
 		else
-			round_step(w, rs, &cur, wb[i & 1], xq, ldq, dot[i & 1], &prev,
+			round_step(w, rs, &cur, xq, ldq, dot[i & 1], &prev,
 				   (const int32_t (*)[TM][16])dot[(i - 1) & 1], sc, Ab, Sb, acc,
 				   is4, GC, n);
 		prev = cur;
@@ -362,7 +378,7 @@ AI void amx_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
 		cur = next;
 	}
 	/* the last round's float work, with no tiles (a round of no blocks) */
-	round_step(w, rs, &(round){ .nbk = 0 }, wb[0], xq, ldq, dot[0], &prev,
+	round_step(w, rs, &(round){ .nbk = 0 }, xq, ldq, dot[0], &prev,
 		   (const int32_t (*)[TM][16])dot[i & 1], sc, Ab, Sb, acc, is4, GC, n);
 #pragma GCC unroll 16
 	for (t = 0; t < TM; t++) {
@@ -376,7 +392,7 @@ AI void amx_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
 }
 
 /* One row-set times the tile of activation rows from t0. */
-AI void amx_rowset(const ds_mat *w, size_t rs, const ds_act *x, size_t t0,
+AI void amx_rowset(const ds_mat *w, size_t rs, uint8_t *u, int split, const ds_act *x, size_t t0,
 		   const tscales *sc, float *y, size_t ldy, const int is4, const int n)
 {
 	const uint64_t left = w->n - rs * DS_ROWSET;
@@ -385,11 +401,11 @@ AI void amx_rowset(const ds_mat *w, size_t rs, const ds_act *x, size_t t0,
 	float *yr = y + rs * DS_ROWSET;
 
 	if (w->type.group == 32)
-		amx_tile(w, p, x, t0, sc, yr, ldy, m, is4, 32, n);
+		amx_tile(w, p, u, split, x, t0, sc, yr, ldy, m, is4, 32, n);
 	else if (w->type.group == 128)
-		amx_tile(w, p, x, t0, sc, yr, ldy, m, is4, 128, n);
+		amx_tile(w, p, u, split, x, t0, sc, yr, ldy, m, is4, 128, n);
 	else
-		amx_tile(w, p, x, t0, sc, yr, ldy, m, is4, 0, n);
+		amx_tile(w, p, u, split, x, t0, sc, yr, ldy, m, is4, 0, n);
 }
 
 /* Tiles of 16 activation rows here (and a last one of TAIL_MIN rows or
@@ -435,14 +451,39 @@ static float *own_qt(const ds_act *x, size_t ld)
  * 679 with tails of 4 rows or more on AMX, 667 with 8 or more (noise). */
 #define TAIL_MIN 8
 
-/* Row-sets rs .. of one block by the tile of n activation rows from t0. */
-AI void amx_block(const ds_mat *w, size_t r0, size_t rs1, const ds_act *x, size_t t0,
-		  const tscales *sc, float *y, size_t ldy, const int is4, const int n)
+/* Row-sets r0 .. r1-1 by the tile of n activation rows from t0; q4's
+ * split weights at u (if not NULL), kp * 16 bytes a row-set, stored by
+ * the first tile. */
+AI void amx_block(const ds_mat *w, size_t r0, size_t r1, uint8_t *u,
+		  const ds_act *x, size_t t0, const tscales *sc, float *y, size_t ldy,
+		  const int is4, const int n)
 {
 	size_t rs;
 
-	for (rs = r0; rs < rs1 && rs < r0 + RS_BLK; rs++)
-		amx_rowset(w, rs, x, t0, sc, y, ldy, is4, n);
+	for (rs = r0; rs < r1; rs++)
+		amx_rowset(w, rs, u ? u + (rs - r0) * w->kp * 16 : NULL, t0 == 0, x, t0, sc, y,
+			   ldy, is4, n);
+}
+
+/* q4 products of more than one tile split the weights once, in the first
+ * tile's rounds, into a buffer of a block of row-sets that the next tiles
+ * load as they are, not once a tile.  q4g32 by 8, 64, 512 rows, TOP/s,
+ * three alternations: 5632x2048 0.59-0.62, 0.89, 0.82-0.86 -> 0.62-0.64,
+ * 0.96-1.03, 0.94-0.96; 2048x5632 0.62-0.62, 0.88-0.89, 0.81-0.85 ->
+ * 0.63-0.68, 0.94-0.95, 0.87-0.93; TinyLlama q4 pp512 312-325 -> 343-348
+ * t/s (the fused FFN calls for one row-set each: split once, not 32
+ * times).  Split whole before the tiles (no tile work to overlap it): by
+ * 8 rows 0.43-0.49 against 0.65-0.68.  The block is RS_BLK row-sets or
+ * as many as SPLIT_MAX bytes hold (at least one): for k = 5632 (5
+ * row-sets), 512 KiB gave 0.88-0.96, 1 MiB 0.81-0.86, 2 MiB 0.64-0.74.
+ * With one tile, the weights go through a ring (amx_tile). */
+#define SPLIT_MAX ((size_t)1 << 19)
+
+static size_t split_sets(const ds_mat *w)
+{
+	const size_t per = w->kp * 16, n = SPLIT_MAX / per;
+
+	return n < 1 ? 1 : n > RS_BLK ? RS_BLK : n;
 }
 
 AI void amx_mm(const ds_mat *w, const ds_act *x, float *y, size_t ldy, size_t rs0,
@@ -455,10 +496,13 @@ AI void amx_mm(const ds_mat *w, const ds_act *x, float *y, size_t ldy, size_t rs
 	float *own = fold && tiled > 0 && x->qt == NULL ? own_qt(x, ld) : NULL;
 	const float *qt = x->qt ? x->qt : own;
 	const size_t on = fold && qt == NULL ? 0 : tiled;
-	size_t r0, t0;
+	uint8_t *u = is4 && on > TM ? aligned_alloc(64, split_sets(w) * w->kp * 16) : NULL;
+	const size_t blk = u ? split_sets(w) : RS_BLK;
+	size_t r0, r1, t0;
 	int rows = 0;   /* the tiles' configuration */
 
-	for (r0 = rs0; r0 < rs1 && on > 0; r0 += RS_BLK)
+	for (r0 = rs0; r0 < rs1 && on > 0; r0 = r1) {
+		r1 = rs1 - r0 < blk ? rs1 : r0 + blk;
 		for (t0 = 0; t0 < on; t0 += TM) {
 			const int n = on - t0 < TM ? (int)(on - t0) : TM;
 			const tscales sc = fold ? (tscales){ qt + t0, qt + nb * ld + t0, 0, ld }
@@ -467,13 +511,15 @@ AI void amx_mm(const ds_mat *w, const ds_act *x, float *y, size_t ldy, size_t rs
 			if (n != rows)
 				tiles_config(rows = n);
 			if (n == TM)
-				amx_block(w, r0, rs1, x, t0, &sc, y, ldy, is4, TM);
+				amx_block(w, r0, r1, u, x, t0, &sc, y, ldy, is4, TM);
 			else
-				amx_block(w, r0, rs1, x, t0, &sc, y, ldy, is4, n);
+				amx_block(w, r0, r1, u, x, t0, &sc, y, ldy, is4, n);
 		}
+	}
 	if (rows)
 		_tile_release();
 	free(own);
+	free(u);
 	if (on < x->t) {
 		ds_act r = ds_act_rows(x, on, x->t - on);
 

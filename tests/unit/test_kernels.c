@@ -451,14 +451,16 @@ static void test_mm_large(void)
 /* Tiles of 16 activation rows and the rows past them (AMX takes the tiles
  * and a last tile of 8 rows or more, AVX-512 fewer; check_mm holds each
  * row to its product alone, bit for bit): groups of one block to eight (a
- * group over two of AMX's rounds of four blocks), k of 3 blocks, k not a
+ * group over two of AMX's rounds of four blocks; of three, its rounds not
+ * aligned to the ring of split q4 blocks), k of 3 blocks, k not a
  * multiple of G, a partial row-set; 26 rows (a last tile of 10) over 19
  * row-sets (the tiles configured for 10 rows, then for 16 again in the
- * next block of row-sets). */
+ * next block of row-sets), and over 19 row-sets of k = 2144 (AMX splits
+ * q4 weights for 15 row-sets at a time, then 4). */
 static void test_mm_tiles(void)
 {
 	static const ds_ttype types[] = {
-		{ DS_Q4, 32 }, { DS_Q4, 64 }, { DS_Q4, 128 }, { DS_Q4, 256 },
+		{ DS_Q4, 32 }, { DS_Q4, 64 }, { DS_Q4, 96 }, { DS_Q4, 128 }, { DS_Q4, 256 },
 		{ DS_Q8, 32 }, { DS_Q8, 128 }, { DS_Q8, 256 },
 	};
 	static const size_t ks[] = { 96, 1000, 2048 + 96 }, nts[] = { 16, 17, 26, 37 };
@@ -470,6 +472,7 @@ static void test_mm_tiles(void)
 			for (ni = 0; ni < 4; ni++)
 				check_mm(types[ti], 40, ks[ki], nts[ni], 0, worst);
 		check_mm(types[ti], 300, 1000, 26, 0, worst);
+		check_mm(types[ti], 300, 2048 + 96, 37, 0, worst);
 	}
 	printf("# worst |isa - scalar| / budget %.3g, |scalar - ref| / bound %.3g\n",
 	       worst[0], worst[1]);
