@@ -73,7 +73,9 @@ for r in d["rows"]:
     if r["op"] in ("matvec", "matmul"):
         assert r["ratio"] > 0 and r["gops"] > 0, r
     if r["op"] == "peak":
-        assert r["ghz"] > 0.2 and r["ratio"] > 0, r
+        # no x86 core clocks past about 6.2 GHz (a chain of immediate
+        # adds, folded at rename on recent Intel cores, timed 17)
+        assert 0.2 < r["ghz"] < 7 and r["ratio"] > 0, r
 '
 }
 
