@@ -102,7 +102,7 @@ int ds_ctx_init(ds_ctx *c, ds_pool *pool, const ds_ctx_cfg *cfg, ds_err *err)
 	if (g->head_rows)
 		buf_alloc(&c->heads, g->head_rows, g->head_k, types, qt, &fail, err);
 	/* per thread: FFN tiles, attention, a RoPE row, router scores */
-	thr = 2 * TB_MAX * DS_ROWSET * sizeof(float);
+	thr = 2 * TB_MAX * FFN_LD * sizeof(float);
 	if (DS_ATTN_SCRATCH(g->max_group, g->max_head, g->max_head) * sizeof(float) > thr)
 		thr = DS_ATTN_SCRATCH(g->max_group, g->max_head, g->max_head) * sizeof(float);
 	if ((g->max_rope + 16) * sizeof(float) > thr)

@@ -477,40 +477,42 @@ static void ffn_vec(struct ffn_job *j, const ds_act *ag, const ds_act *au,
 }
 
 /* The thread's row-sets for one block of rows tb .. tb+nt-1 (prepared at
- * rows ar .. of buf): pass 0 both products (gate and up from the same
- * prepared rows), pass 1 gate alone into h, pass 2 up alone, combined
- * with the gate values already in h. */
+ * rows ar .. of buf), FFN_RS at a time: pass 0 both products (gate and up
+ * from the same prepared rows), pass 1 gate alone into h, pass 2 up
+ * alone, combined with the gate values already in h. */
 static void ffn_block(struct ffn_job *j, int ith, size_t b, size_t e,
 		      size_t tb, size_t nt, int pass, const ds_actbuf *buf, size_t ar)
 {
 	const ds_kernels *K = j->c->kern;
-	float *tg = ops_thr(j->c, ith), *tu = tg + TB_MAX * DS_ROWSET;
+	float *tg = ops_thr(j->c, ith), *tu = tg + TB_MAX * FFN_LD;
 	ds_act ag = ops_act(buf, need_of(j->gate->type), ar, nt);
 	ds_act au = ops_act(buf, need_of(j->up->type), ar, nt);
-	size_t rs, t;
+	float *hb = j->h + (j->t0 + tb) * j->ldh;
+	size_t rs, n, t;
 
 	if (nt == 1 && pass == 0) {
 		ffn_vec(j, &ag, &au, tg, tu, b, e, tb);
 		return;
 	}
-	for (rs = b; rs < e; rs++) {
+	for (rs = b; rs < e; rs += n) {
 		size_t nv = j->gate->n - rs * DS_ROWSET;
-		float *hr = j->h + (j->t0 + tb) * j->ldh + rs * DS_ROWSET;
+		ds_mat g, u;
 
-		nv = nv < DS_ROWSET ? nv : DS_ROWSET;
+		n = e - rs < FFN_RS ? e - rs : FFN_RS;
+		nv = nv < n * DS_ROWSET ? nv : n * DS_ROWSET;
 		if (pass == 1) {
-			ds_mat v = ds_mat_from_rowset(j->gate, rs);
-
-			K->mm[v.type.dt](&v, &ag, hr, j->ldh, 0, 1);
+			K->mm[j->gate->type.dt](j->gate, &ag, hb, j->ldh, rs, rs + n);
 			continue;
 		}
+		g = ds_mat_rows(j->gate, rs * DS_ROWSET, nv);
+		u = ds_mat_rows(j->up, rs * DS_ROWSET, nv);
 		if (pass == 0)
-			ops_mm_tile(j->c, j->gate, rs, &ag, tg);
-		ops_mm_tile(j->c, j->up, rs, &au, tu);
+			K->mm[g.type.dt](&g, &ag, tg, FFN_LD, 0, n);
+		K->mm[u.type.dt](&u, &au, tu, FFN_LD, 0, n);
 		for (t = 0; t < nt; t++) {
-			const float *g = pass == 0 ? tg + t * DS_ROWSET : hr + t * j->ldh;
+			float *hr = hb + t * j->ldh + rs * DS_ROWSET;
 
-			K->silu_mul(g, tu + t * DS_ROWSET, nv, hr + t * j->ldh);
+			K->silu_mul(pass == 0 ? tg + t * FFN_LD : hr, tu + t * FFN_LD, nv, hr);
 		}
 	}
 }

@@ -20,6 +20,16 @@
  * a call, 4 of them on AVX-512; in 128, pp512 +1-1.5%, q4 311-319 t/s
  * against 308-311, q8 293-298 against 288-296). */
 #define TB_MAX 192
+/* Row-sets of gate and up per kernel call in ds_ffn's blocks of rows (the
+ * stride of their outputs in the thread's scratch: FFN_LD), as the matmul
+ * kernels' own blocks (amx.c RS_BLK), so that a tile of activation rows
+ * stays in L1 over 16 row-sets; a call a row-set read the whole block of
+ * rows from L2 each time.  TinyLlama pp512 on the AMX Xeon, three
+ * alternations: q8 310-312 -> 323-325 t/s, q4 300-311 -> 320-324 (8
+ * row-sets: alike); DeepSeek-V2-Lite's shape (--layers 4) 626-674 ->
+ * 687-701. */
+#define FFN_RS 16
+#define FFN_LD (FFN_RS * DS_ROWSET)
 
 
 /* NEED_QT: ds_act.qt besides (q8g32, on kernel tables that read it) */

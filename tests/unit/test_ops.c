@@ -342,19 +342,20 @@ static void test_ffn_chunks(void)
 }
 
 /* The fused FFN against the separate products and the gating, bit for
- * bit: n_ff a multiple of 16 and not; gate and up without a permutation,
+ * bit: n_ff a multiple of 16 and not, and of 18 row-sets (products of
+ * FFN_RS = 16 row-sets a call, then 2); gate and up without a permutation,
  * with one they share and with two; one row (decode: each thread its own
  * copy of the input, gate's row-sets and up's claimed as one range unless
  * the permutations differ), three and eleven; 1 and 2 threads. */
 static void test_ffn(void)
 {
-	size_t k = 160, n = 56, t, i, f, ffs[2] = { 72, 96 }, ts[3] = { 1, 3, 11 }, tt;
+	size_t k = 160, n = 56, t, i, f, ffs[3] = { 72, 96, 280 }, ts[3] = { 1, 3, 11 }, tt;
 	float *x = rnd(11 * k, 2), *nw = rnd(k, 1), *xn = malloc(11 * k * 4);
-	float *g = malloc(11 * 96 * 4), *u = malloc(11 * 96 * 4), *h0 = malloc(11 * 96 * 4);
-	float *h1 = malloc(11 * 96 * 4), *y0 = malloc(11 * n * 4), *y1 = malloc(11 * n * 4);
+	float *g = malloc(11 * 280 * 4), *u = malloc(11 * 280 * 4), *h0 = malloc(11 * 280 * 4);
+	float *h1 = malloc(11 * 280 * 4), *y0 = malloc(11 * n * 4), *y1 = malloc(11 * n * 4);
 	int ti, p, perm;
 
-	for (f = 0; f < 2; f++)
+	for (f = 0; f < 3; f++)
 		for (tt = 0; tt < 3; tt++)
 			for (ti = 0; ti < 4; ti++)
 				for (perm = 0; perm < 3; perm++) {
@@ -1101,7 +1102,7 @@ static void test_steal(void)
 
 int main(void)
 {
-	ds_ctx_cfg cfg = { .max_rows = 40, .max_k = 512, .max_ff = 128, .moe_experts = 64,
+	ds_ctx_cfg cfg = { .max_rows = 40, .max_k = 512, .max_ff = 288, .moe_experts = 64,
 			   .moe_used = 3, .moe_k = 128, .moe_ff = 128, .max_group = 16,
 			   .max_head = 576, .max_rope = 64, .head_rows = 64, .head_k = 512 };
 	ds_err err;
