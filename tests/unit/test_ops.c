@@ -388,17 +388,21 @@ static void test_ffn(void)
 	free(x); free(nw); free(xn); free(g); free(u); free(h0); free(h1); free(y0); free(y1);
 }
 
-/* Routed experts against one dense FFN per (token, expert). */
+/* Routed experts against one dense FFN per (token, expert): experts of
+ * 3 row-sets (the last partial) and of 18 (gate/up over FFN_RS = 16
+ * row-sets a call, then 2). */
 static void test_moe(void)
 {
-	size_t ne = 6, used = 3, k = 64, ff = 40, t, i, j;
+	size_t ne = 6, used = 3, k = 64, ffs[2] = { 40, 280 }, fi, t, i, j;
 	int ti, p, perm;
 
 	/* q8g32 too (types[6]), and 61 tokens: experts of 16 tokens or
 	 * more (AMX's tiles), starting anywhere in the gathered rows */
+	for (fi = 0; fi < 2; fi++)
 	for (ti = 0; ti < 5; ti++)
 		for (perm = 0; perm < 2; perm++)
 			for (t = 1; t <= 61; t += t == 1 ? 20 : 40) {
+				const size_t ff = ffs[fi];
 				const ds_ttype tg = types[ti < 4 ? ti : 6];
 				tmat g, u, d;
 				float *x = rnd(t * k, 2), *y0 = rnd(t * k, 1), *y1 = malloc(t * k * 4);
@@ -1103,7 +1107,7 @@ static void test_steal(void)
 int main(void)
 {
 	ds_ctx_cfg cfg = { .max_rows = 40, .max_k = 512, .max_ff = 288, .moe_experts = 64,
-			   .moe_used = 3, .moe_k = 128, .moe_ff = 128, .max_group = 16,
+			   .moe_used = 3, .moe_k = 128, .moe_ff = 384, .max_group = 16,
 			   .max_head = 576, .max_rope = 64, .head_rows = 64, .head_k = 512 };
 	ds_err err;
 	int p;
