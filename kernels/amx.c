@@ -90,9 +90,10 @@ AI float sc_at(const tscales *sc, const float *p, int t, size_t b, const int qt)
 	return qt ? p[b * sc->bs + (size_t)t] : p[(size_t)t * sc->ts + b];
 }
 
-/* q4's ring of split blocks: a round's go from its first block's slot,
- * k / 32 mod 2 NBR, on (a group of 96 has rounds of 3 from slot 6), and
- * the next round's start where it ends, less 2 NBR if past it. */
+/* q4's ring of split blocks (one tile of rows): a round's blocks take the
+ * slots from k / 32 mod 2 NBR on, so a round may run past slot 2 NBR - 1
+ * (a group of 96 has rounds of 3 blocks, one from slot 6), hence 3 NBR -
+ * 1 slots; the next round starts at its own slot, clear of this one's. */
 #define RING (3 * NBR - 1)
 
 /* A round: nbk 32-blocks from input k, within one segment (G = 32) or one
@@ -327,8 +328,9 @@ AI void round_step(const ds_mat *w, const uint8_t *rs, const round *r,
  * rounds of tile products, each round's float work woven into the next
  * round's tiles: a vector load of a tile just stored waits for the store
  * to reach the cache.  q4's weights are split a round ahead (a block
- * split just before its tile load took 26 ns, 5 ns alone), to u (the
- * row-set's, if split; if not, u holds them) or with u NULL to a ring. */
+ * split just before its tile load took 26 ns, 5 ns alone) into u, the
+ * row-set's part of amx_mm's buffer, if split is set (the first tile;
+ * the later tiles load u as it is), or with u NULL into a ring. */
 AI void amx_tile(const ds_mat *w, const uint8_t *rs, uint8_t *u, int split,
 		 const ds_act *x, size_t t0, const tscales *sc, float *y, size_t ldy, __mmask16 m,
 		 const int is4, const int GC, const int n)
@@ -471,8 +473,7 @@ AI void amx_block(const ds_mat *w, size_t r0, size_t r1, uint8_t *u,
  * three alternations: 5632x2048 0.59-0.62, 0.89, 0.82-0.86 -> 0.62-0.64,
  * 0.96-1.03, 0.94-0.96; 2048x5632 0.62-0.62, 0.88-0.89, 0.81-0.85 ->
  * 0.63-0.68, 0.94-0.95, 0.87-0.93; TinyLlama q4 pp512 312-325 -> 343-348
- * t/s (the fused FFN calls for one row-set each: split once, not 32
- * times).  Split whole before the tiles (no tile work to overlap it): by
+ * t/s (the fused FFN then called it a row-set at a time, 12 tiles).  Split whole before the tiles (no tile work to overlap it): by
  * 8 rows 0.43-0.49 against 0.65-0.68.  The block is RS_BLK row-sets or
  * as many as SPLIT_MAX bytes hold (at least one): for k = 5632 (5
  * row-sets), 512 KiB gave 0.88-0.96, 1 MiB 0.81-0.86, 2 MiB 0.64-0.74.
