@@ -101,9 +101,8 @@ AI float sc_at(const tscales *sc, const float *p, int t, size_t b, const int qt)
  * split ones from wu (at block k / 32 of u, masked by um for a ring). */
 typedef struct round {
 	size_t k, nbk;
-	const uint8_t *wp;        /* its weight tiles */
-	const uint8_t *pk;        /* q4: its packed weights, split to wu (= wp) */
-	uint8_t *wu;
+	const uint8_t *pk;        /* its weights (q8's: the tiles) */
+	uint8_t *wu;              /* q4: its tiles, split from pk */
 	int carry_in, carry_out;  /* a group goes on from before, past it */
 	int start[NBR], end[NBR]; /* block b starts, ends a group */
 	int j[NBR];               /* block b's group, from the round's first */
@@ -122,7 +121,6 @@ AI round round_at(const ds_mat *w, const uint8_t *rs, uint8_t *u, size_t um, siz
 		r.nbk = (G - k % G) / DS_QBLOCK;
 	r.pk = rs + ds_qgrp_w(is4, G, ng, g) + (is4 ? 8 : 16) * (k - g * G);
 	r.wu = u + (k / DS_QBLOCK & um) * 512;
-	r.wp = is4 ? r.wu : r.pk;
 	if (GC)         /* round_row knows the rest */
 		return r;
 	r.carry_in = k % G != 0;
@@ -168,9 +166,9 @@ AI void unpack_q4(const round *r)
 		if (r->nbk <= (b))                                            \
 			break;                                                \
 		if (is4)                                                      \
-			TILE_LOAD_W(TB, r->wp + 512 * (b));                   \
+			TILE_LOAD_W(TB, r->wu + 512 * (b));                   \
 		else                                                          \
-			TILE_LOAD(TB, r->wp + 512 * (b), 64);                 \
+			TILE_LOAD(TB, r->pk + 512 * (b), 64);                 \
 		TILE_LOAD(TA, xq + r->k + DS_QBLOCK * (b), ldq);              \
 		_tile_zero(TC);                                               \
 		_tile_dpbsud(TC, TA, TB);                                     \
@@ -329,10 +327,9 @@ AI void round_step(const ds_mat *w, const uint8_t *rs, const round *r,
  * round's tiles: a vector load of a tile just stored waits for the store
  * to reach the cache.  q4's weights are split a round ahead (a block
  * split just before its tile load took 26 ns, 5 ns alone) into u, the
- * row-set's part of amx_mm's buffer, if split is set (the first tile;
- * the later tiles load u as it is), or with u NULL into a ring. */
-AI void amx_tile(const ds_mat *w, const uint8_t *rs, uint8_t *u, int split,
-		 const ds_act *x, size_t t0, const tscales *sc, float *y, size_t ldy, __mmask16 m,
+ * row-set's part of amx_mm's buffer, by the first tile (t0 = 0; the
+ * later tiles load u as it is), or with u NULL into a ring. */
+AI void amx_tile(const ds_mat *w, const uint8_t *rs, uint8_t *u, const ds_act *x, size_t t0, const tscales *sc, float *y, size_t ldy, __mmask16 m,
 		 const int is4, const int GC, const int n)
 {
 	const size_t kp = w->kp;
@@ -342,6 +339,7 @@ AI void amx_tile(const ds_mat *w, const uint8_t *rs, uint8_t *u, int split,
 	uint8_t ring[RING][512] __attribute__((aligned(64)));
 	uint8_t *ub = u ? u : ring[0];          /* q4's tiles: the ring, or u */
 	const size_t um = u ? SIZE_MAX : 2 * NBR - 1;
+	const int split = u == NULL || t0 == 0;
 	float Ab[TM][16] __attribute__((aligned(64))), Sb[TM];
 	__m512 acc[TM];
 	round cur, prev;
@@ -354,7 +352,6 @@ AI void amx_tile(const ds_mat *w, const uint8_t *rs, uint8_t *u, int split,
 		memset(Ab, 0, sizeof Ab);
 		memset(Sb, 0, sizeof Sb);
 	}
-	split |= u == NULL;
 	cur = prev = round_at(w, rs, ub, um, 0, is4, GC);
 	if (is4 && split)
 		unpack_q4(&cur);
@@ -394,7 +391,7 @@ AI void amx_tile(const ds_mat *w, const uint8_t *rs, uint8_t *u, int split,
 }
 
 /* One row-set times the tile of activation rows from t0. */
-AI void amx_rowset(const ds_mat *w, size_t rs, uint8_t *u, int split, const ds_act *x, size_t t0,
+AI void amx_rowset(const ds_mat *w, size_t rs, uint8_t *u, const ds_act *x, size_t t0,
 		   const tscales *sc, float *y, size_t ldy, const int is4, const int n)
 {
 	const uint64_t left = w->n - rs * DS_ROWSET;
@@ -403,11 +400,11 @@ AI void amx_rowset(const ds_mat *w, size_t rs, uint8_t *u, int split, const ds_a
 	float *yr = y + rs * DS_ROWSET;
 
 	if (w->type.group == 32)
-		amx_tile(w, p, u, split, x, t0, sc, yr, ldy, m, is4, 32, n);
+		amx_tile(w, p, u, x, t0, sc, yr, ldy, m, is4, 32, n);
 	else if (w->type.group == 128)
-		amx_tile(w, p, u, split, x, t0, sc, yr, ldy, m, is4, 128, n);
+		amx_tile(w, p, u, x, t0, sc, yr, ldy, m, is4, 128, n);
 	else
-		amx_tile(w, p, u, split, x, t0, sc, yr, ldy, m, is4, 0, n);
+		amx_tile(w, p, u, x, t0, sc, yr, ldy, m, is4, 0, n);
 }
 
 /* Tiles of 16 activation rows here (and a last one of TAIL_MIN rows or
@@ -421,20 +418,31 @@ AI void amx_rowset(const ds_mat *w, size_t rs, uint8_t *u, int split, const ds_a
  * row-sets by 32 rows as 16 by 32. */
 #define RS_BLK 16
 
+/* n bytes 64-aligned, from malloc (free *base): a call's scratch.  glibc's
+ * aligned_alloc left the blocks it freed unused for the next call's
+ * (TinyLlama pp512 at 2 threads: peak RSS 4.6 MiB more than at 1, against
+ * 0.6). */
+static void *alloc64(size_t n, void **base)
+{
+	*base = n > SIZE_MAX - 63 ? NULL : malloc(n + 63);
+	return *base ? (void *)(uintptr_t)ds_round_up((uintptr_t)*base, 64) : NULL;
+}
+
 /* q8g32's float work reads its activation scales block by block
  * (ds_act.qt), each block's 16 at one pointer and constant offsets, not
  * at t * nb + b: that index arithmetic took as long as an FMA.  Where the
- * caller gave no qt, it is made here for the call; NULL if there is no
- * memory for it (the product then runs on AVX-512). */
-static float *own_qt(const ds_act *x, size_t ld)
+ * caller gave no qt, it is made here for the call (free *base); NULL if
+ * there is no memory for it (the product then runs on AVX-512). */
+static float *own_qt(const ds_act *x, size_t ld, void **base)
 {
 	const size_t nb = x->ldq / DS_QBLOCK, n = ds_act_qt_floats(ld, x->ldq);
 	float *qt;
 	size_t t;
 
-	if (n == 0 || n > (SIZE_MAX - 63) / sizeof(float))
+	*base = NULL;
+	if (n == 0 || n > SIZE_MAX / sizeof(float))
 		return NULL;
-	qt = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
+	qt = alloc64(n * sizeof(float), base);
 	if (qt == NULL)
 		return NULL;
 	for (t = 0; t < x->t; t++)
@@ -453,8 +461,11 @@ static float *own_qt(const ds_act *x, size_t ld)
  * 679 with tails of 4 rows or more on AMX, 667 with 8 or more (noise). */
 #define TAIL_MIN 8
 
+/* q4's split weights of a row-set: 512 bytes a 32-block. */
+#define SPLIT_SET(w) ((w)->kp * 16)
+
 /* Row-sets r0 .. r1-1 by the tile of n activation rows from t0; q4's
- * split weights at u (if not NULL), kp * 16 bytes a row-set, stored by
+ * split weights at u (if not NULL), SPLIT_SET bytes a row-set, stored by
  * the first tile. */
 AI void amx_block(const ds_mat *w, size_t r0, size_t r1, uint8_t *u,
 		  const ds_act *x, size_t t0, const tscales *sc, float *y, size_t ldy,
@@ -463,8 +474,7 @@ AI void amx_block(const ds_mat *w, size_t r0, size_t r1, uint8_t *u,
 	size_t rs;
 
 	for (rs = r0; rs < r1; rs++)
-		amx_rowset(w, rs, u ? u + (rs - r0) * w->kp * 16 : NULL, t0 == 0, x, t0, sc, y,
-			   ldy, is4, n);
+		amx_rowset(w, rs, u ? u + (rs - r0) * SPLIT_SET(w) : NULL, x, t0, sc, y, ldy, is4, n);
 }
 
 /* q4 products of more than one tile split the weights once, in the first
@@ -477,15 +487,12 @@ AI void amx_block(const ds_mat *w, size_t r0, size_t r1, uint8_t *u,
  * 8 rows 0.43-0.49 against 0.65-0.68.  The block is RS_BLK row-sets or
  * as many as SPLIT_MAX bytes hold (at least one): for k = 5632 (5
  * row-sets), 512 KiB gave 0.88-0.96, 1 MiB 0.81-0.86, 2 MiB 0.64-0.74.
- * With one tile, the weights go through a ring (amx_tile).  The buffer
- * is malloc's, aligned here: glibc's aligned_alloc left the blocks it
- * freed unused for the next call's (TinyLlama pp512 at 2 threads: peak
- * RSS 4.6 MiB more than at 1, against 0.6). */
+ * With one tile, the weights go through a ring (amx_tile). */
 #define SPLIT_MAX ((size_t)1 << 19)
 
 static size_t split_sets(const ds_mat *w)
 {
-	const size_t per = w->kp * 16, n = SPLIT_MAX / per;
+	const size_t n = SPLIT_MAX / SPLIT_SET(w);
 
 	return n < 1 ? 1 : n > RS_BLK ? RS_BLK : n;
 }
@@ -497,12 +504,14 @@ AI void amx_mm(const ds_mat *w, const ds_act *x, float *y, size_t ldy, size_t rs
 	const int fold = DS_Q8_FOLD(is4, w->type.group);
 	const size_t tiled = x->t / TM * TM + (x->t % TM >= TAIL_MIN ? x->t % TM : 0);
 	const size_t ld = x->qt ? x->ldqt : ds_act_qt_ld(x->t);
-	float *own = fold && tiled > 0 && x->qt == NULL ? own_qt(x, ld) : NULL;
+	void *ob = NULL;
+	float *own = fold && tiled > 0 && x->qt == NULL ? own_qt(x, ld, &ob) : NULL;
 	const float *qt = x->qt ? x->qt : own;
 	const size_t on = fold && qt == NULL ? 0 : tiled;
-	void *ua = is4 && on > TM ? malloc(split_sets(w) * w->kp * 16 + 63) : NULL;
-	uint8_t *u = ua ? (uint8_t *)(((uintptr_t)ua + 63) & ~(uintptr_t)63) : NULL;
-	const size_t blk = u ? split_sets(w) : RS_BLK;
+	const size_t sets = is4 && on > TM ? split_sets(w) : 0;
+	void *ua = NULL;
+	uint8_t *u = sets ? alloc64(sets * SPLIT_SET(w), &ua) : NULL;
+	const size_t blk = u ? sets : RS_BLK;
 	size_t r0, r1, t0;
 	int rows = 0;   /* the tiles' configuration */
 
@@ -523,7 +532,7 @@ AI void amx_mm(const ds_mat *w, const ds_act *x, float *y, size_t ldy, size_t rs
 	}
 	if (rows)
 		_tile_release();
-	free(own);
+	free(ob);
 	free(ua);
 	if (on < x->t) {
 		ds_act r = ds_act_rows(x, on, x->t - on);

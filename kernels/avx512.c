@@ -541,19 +541,6 @@ AI void q_mm(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
 	}
 }
 
-/* The q4 and q8 products, and (x) the same with the AMX Xeons' decode
- * streams (the AMX table's). */
-#define Q_MM_FN(name, is4, sp)                                                \
-	void name(const ds_mat *w, const ds_act *x, float *y, size_t ldy,     \
-		  size_t rs0, size_t rs1)                                     \
-	{                                                                     \
-		q_mm(w, x, y, ldy, rs0, rs1, is4, sp);                        \
-	}
-Q_MM_FN(ds_avx512_mm_q4, 1, 0)
-Q_MM_FN(ds_avx512_mm_q8, 0, 0)
-Q_MM_FN(ds_avx512x_mm_q4, 1, 1)
-Q_MM_FN(ds_avx512x_mm_q8, 0, 1)
-
 /* ---- bf16 ------------------------------------------------------------------- */
 
 AI __m512 dpbf16(__m512 acc, __m512i w, __m512i x)
@@ -643,17 +630,20 @@ AI void bf16_mm(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
 	}
 }
 
-static void mm_bf16(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
-		    size_t rs0, size_t rs1)
-{
-	bf16_mm(w, x, y, ldy, rs0, rs1, 0);
-}
-
-void ds_avx512x_mm_bf16(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
-			size_t rs0, size_t rs1)
-{
-	bf16_mm(w, x, y, ldy, rs0, rs1, 1);
-}
+/* The q4, q8 and bf16 products of this table (static) and of the AMX
+ * table (x: decode with the AMX Xeons' streams), one code each. */
+#define MM_FN(scope, name, call)                                              \
+	scope void name(const ds_mat *w, const ds_act *x, float *y, size_t ldy, \
+			size_t rs0, size_t rs1)                               \
+	{                                                                     \
+		call;                                                         \
+	}
+MM_FN(static, mm_q4, q_mm(w, x, y, ldy, rs0, rs1, 1, 0))
+MM_FN(static, mm_q8, q_mm(w, x, y, ldy, rs0, rs1, 0, 0))
+MM_FN(static, mm_bf16, bf16_mm(w, x, y, ldy, rs0, rs1, 0))
+MM_FN(, ds_avx512x_mm_q4, q_mm(w, x, y, ldy, rs0, rs1, 1, 1))
+MM_FN(, ds_avx512x_mm_q8, q_mm(w, x, y, ldy, rs0, rs1, 0, 1))
+MM_FN(, ds_avx512x_mm_bf16, bf16_mm(w, x, y, ldy, rs0, rs1, 1))
 
 /* ---- f32 / f16, row-major: dot products, 4 rows by up to 4 x rows ------- */
 
@@ -1332,8 +1322,8 @@ void ds_kernels_fill_avx512(ds_kernels *k)
 	k->mm[DS_F32] = mm_f32;
 	k->mm[DS_F16] = mm_f16;
 	k->mm[DS_BF16] = mm_bf16;
-	k->mm[DS_Q8] = ds_avx512_mm_q8;
-	k->mm[DS_Q4] = ds_avx512_mm_q4;
+	k->mm[DS_Q8] = mm_q8;
+	k->mm[DS_Q4] = mm_q4;
 	k->quant_row = quant_row;
 	k->bf16_row = bf16_row;
 	k->kv_store = kv_store;

@@ -267,9 +267,8 @@ void ds_kernels_fill_avx2(ds_kernels *k);
 void ds_kernels_fill_avxvnni(ds_kernels *k);
 void ds_kernels_fill_avx512(ds_kernels *k);
 void ds_kernels_fill_amx(ds_kernels *k);
-/* avx512.c's q4 and q8 products and peaks, which amx.c calls for what it
- * leaves; the x forms decode with the AMX Xeons' streams (avx512.c). */
-ds_mm_fn ds_avx512_mm_q4, ds_avx512_mm_q8;
+/* avx512.c's products with the AMX Xeons' decode streams, which amx.c
+ * calls for what it leaves (and for bf16), and its peaks. */
 ds_mm_fn ds_avx512x_mm_q4, ds_avx512x_mm_q8, ds_avx512x_mm_bf16;
 uint64_t ds_avx512_peak_probe(int kind, uint64_t iters);
 

@@ -480,15 +480,33 @@ static void ffn_vec(struct ffn_job *j, const ds_act *ag, const ds_act *au,
  * rows ar .. of buf), FFN_RS at a time: pass 0 both products (gate and up
  * from the same prepared rows), pass 1 gate alone into h, pass 2 up
  * alone, combined with the gate values already in h. */
+void ops_gate_up(const ds_ctx *c, const ds_mat *g, const ds_mat *u, const ds_act *ag,
+		 const ds_act *au, int pass, float *h, size_t ldh, float *tg, float *tu)
+{
+	const ds_kernels *K = c->kern;
+	size_t n = (g->n + DS_ROWSET - 1) / DS_ROWSET, t;
+
+	DS_ASSERT(n <= FFN_RS && ag->t <= TB_MAX);
+	if (pass == 1) {
+		K->mm[g->type.dt](g, ag, h, ldh, 0, n);
+		return;
+	}
+	if (pass == 0)
+		K->mm[g->type.dt](g, ag, tg, FFN_LD, 0, n);
+	K->mm[u->type.dt](u, au, tu, FFN_LD, 0, n);
+	for (t = 0; t < ag->t; t++)
+		K->silu_mul(pass == 0 ? tg + t * FFN_LD : h + t * ldh, tu + t * FFN_LD, g->n,
+			    h + t * ldh);
+}
+
 static void ffn_block(struct ffn_job *j, int ith, size_t b, size_t e,
 		      size_t tb, size_t nt, int pass, const ds_actbuf *buf, size_t ar)
 {
-	const ds_kernels *K = j->c->kern;
-	float *tg = ops_thr(j->c, ith), *tu = tg + TB_MAX * FFN_LD;
+	float *tu, *tg = ops_gu(j->c, ith, &tu);
 	ds_act ag = ops_act(buf, need_of(j->gate->type), ar, nt);
 	ds_act au = ops_act(buf, need_of(j->up->type), ar, nt);
 	float *hb = j->h + (j->t0 + tb) * j->ldh;
-	size_t rs, n, t;
+	size_t rs, n;
 
 	if (nt == 1 && pass == 0) {
 		ffn_vec(j, &ag, &au, tg, tu, b, e, tb);
@@ -500,20 +518,9 @@ static void ffn_block(struct ffn_job *j, int ith, size_t b, size_t e,
 
 		n = e - rs < FFN_RS ? e - rs : FFN_RS;
 		nv = nv < n * DS_ROWSET ? nv : n * DS_ROWSET;
-		if (pass == 1) {
-			K->mm[j->gate->type.dt](j->gate, &ag, hb, j->ldh, rs, rs + n);
-			continue;
-		}
 		g = ds_mat_rows(j->gate, rs * DS_ROWSET, nv);
 		u = ds_mat_rows(j->up, rs * DS_ROWSET, nv);
-		if (pass == 0)
-			K->mm[g.type.dt](&g, &ag, tg, FFN_LD, 0, n);
-		K->mm[u.type.dt](&u, &au, tu, FFN_LD, 0, n);
-		for (t = 0; t < nt; t++) {
-			float *hr = hb + t * j->ldh + rs * DS_ROWSET;
-
-			K->silu_mul(pass == 0 ? tg + t * FFN_LD : hr, tu + t * FFN_LD, nv, hr);
-		}
+		ops_gate_up(j->c, &g, &u, &ag, &au, pass, hb + rs * DS_ROWSET, j->ldh, tg, tu);
 	}
 }
 

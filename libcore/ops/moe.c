@@ -108,12 +108,11 @@ static void item_share(const struct moe_job *j, int ith, int nth, size_t *b,
  * AMX (650-724 against 670-718). */
 static void gate_up_items(struct moe_job *j, int ith, size_t item, size_t n, int pass)
 {
-	const ds_kernels *K = j->c->kern;
 	int32_t ex = j->act[item / j->ff_sets];
 	size_t rs = item % j->ff_sets, r0 = (size_t)j->off[ex], r1 = (size_t)j->off[ex + 1];
 	ds_mat g = ds_mat_expert(j->gate, (uint64_t)ex), u = ds_mat_expert(j->up, (uint64_t)ex);
-	float *tg = ops_thr(j->c, ith), *tu = tg + TB_MAX * FFN_LD;
-	size_t ff = j->c->cfg.moe_ff, nv = g.n - rs * DS_ROWSET, tb, t;
+	float *tu, *tg = ops_gu(j->c, ith, &tu);
+	size_t ff = j->c->cfg.moe_ff, nv = g.n - rs * DS_ROWSET, tb;
 	size_t TB = ops_tb(j->c, need_of(g.type) | need_of(u.type), g.kp);
 	ds_mat gv, uv;
 
@@ -124,18 +123,9 @@ static void gate_up_items(struct moe_job *j, int ith, size_t item, size_t n, int
 		size_t nt = r1 - tb < TB ? r1 - tb : TB;
 		ds_act ag = ops_act(j->xd, need_of(g.type), tb, nt);
 		ds_act au = ops_act(j->xd, need_of(u.type), tb, nt);
-		float *hr = j->c->moe_h + tb * ff + rs * DS_ROWSET;
 
-		if (pass == 1) {
-			K->mm[gv.type.dt](&gv, &ag, hr, ff, 0, n);
-			continue;
-		}
-		if (pass == 0)
-			K->mm[gv.type.dt](&gv, &ag, tg, FFN_LD, 0, n);
-		K->mm[uv.type.dt](&uv, &au, tu, FFN_LD, 0, n);
-		for (t = 0; t < nt; t++)
-			K->silu_mul(pass == 0 ? tg + t * FFN_LD : hr + t * ff,
-				    tu + t * FFN_LD, nv, hr + t * ff);
+		ops_gate_up(j->c, &gv, &uv, &ag, &au, pass, j->c->moe_h + tb * ff + rs * DS_ROWSET,
+			    ff, tg, tu);
 	}
 }
 
@@ -147,7 +137,7 @@ static size_t gate_up_run(struct moe_job *j, int ith, size_t i, size_t e)
 	int32_t ex = j->act[i / j->ff_sets];
 	size_t rs = i % j->ff_sets, n = j->ff_sets - rs, r0 = (size_t)j->off[ex], nr;
 	ds_mat g = ds_mat_expert(j->gate, (uint64_t)ex), u = ds_mat_expert(j->up, (uint64_t)ex);
-	float *tg = ops_thr(j->c, ith), *tu = tg + TB_MAX * DS_ROWSET;
+	float *tu, *tg = ops_gu(j->c, ith, &tu);
 	ds_act ag = ops_act(j->xd, need_of(g.type), r0, 1);
 	ds_act au = ops_act(j->xd, need_of(u.type), r0, 1);
 

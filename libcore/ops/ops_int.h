@@ -31,7 +31,6 @@
 #define FFN_RS 16
 #define FFN_LD (FFN_RS * DS_ROWSET)
 
-
 /* NEED_QT: ds_act.qt besides (q8g32, on kernel tables that read it) */
 enum { NEED_Q = 1, NEED_B = 2, NEED_F = 4, NEED_QT = 8 };
 
@@ -60,6 +59,23 @@ static inline void *ops_thr(const ds_ctx *c, int ith)
 {
 	return c->thr + (size_t)ith * c->thr_bytes;
 }
+
+/* Thread ith's scratch as gate's and up's outputs (ds_ffn, ds_moe): up to
+ * TB_MAX rows of FFN_LD floats each, gate's at the start, up's at *tu. */
+static inline float *ops_gu(const ds_ctx *c, int ith, float **tu)
+{
+	float *tg = ops_thr(c, ith);
+
+	*tu = tg + TB_MAX * FFN_LD;
+	return tg;
+}
+
+/* Gate and up over the row-sets of views g and u (FFN_RS at most) for the
+ * rows of ag and au, into h (ldh; g's first output at h): pass 0 both,
+ * gated; pass 1 gate alone; pass 2 up, gating the gate values in h.  tg,
+ * tu: ops_gu. */
+void ops_gate_up(const ds_ctx *c, const ds_mat *g, const ds_mat *u, const ds_act *ag,
+		 const ds_act *au, int pass, float *h, size_t ldh, float *tg, float *tu);
 
 /* Prepare one input row x [k] as row r of dst in the forms `need`, the
  * quantized forms padded with zeros to kp. */
