@@ -18,7 +18,7 @@ DESTDIR ?=
 OPT     ?= -O2
 CFLAGS  ?=
 CFLAGS  += -std=gnu11 $(OPT) -g -Wall -Wextra -Werror -pthread -fopenmp \
-	   -Ilibcore -Ilibcore/util -Ikernels
+	   -I. -Ilibcore
 LDFLAGS ?=
 LDLIBS  = -ljansson -larchive -lz -lpcre2-8 -licuuc -lnuma -lmicrohttpd -lpthread -lm -fopenmp
 
@@ -30,7 +30,7 @@ KFLAGS_avx512 = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni \
 KFLAGS_avxvnni = -mavx2 -mfma -mf16c -mavxvnni
 KFLAGS_amx    = $(KFLAGS_avx512) -mamx-tile -mamx-int8
 
-LIB_SRC  = $(wildcard libcore/*.c libcore/*/*.c kernels/*.c)
+LIB_SRC  = $(wildcard base/*.c kernels/*.c libcore/*/*.c libcore/*/*/*.c)
 LIB_OBJ  = $(LIB_SRC:%.c=$(O)/%.o)
 CMD_SRC  = $(wildcard cmd/ds-*.c)
 PROGS    = $(CMD_SRC:cmd/%.c=$(BIN)/%)

@@ -12,14 +12,14 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "kbench.h"
-#include "kernels.h"
-#include "kvcache.h"
-#include "mbench.h"
-#include "synth.h"
-#include "sysinfo/sysinfo.h"
-#include "types.h"
-#include "util.h"
+#include "bench/kbench.h"
+#include "kernels/kernels.h"
+#include "model/kvcache.h"
+#include "bench/mbench.h"
+#include "bench/synth.h"
+#include "host/sysinfo/sysinfo.h"
+#include "kernels/types.h"
+#include "base/util.h"
 
 enum { FMT_MD, FMT_CSV, FMT_JSON, FMT_JSONL };
 

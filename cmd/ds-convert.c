@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "convert.h"
+#include "convert/convert.h"
 
 /* The signal that asked us to stop; the conversion polls it. */
 static volatile sig_atomic_t stop_signal;

@@ -14,16 +14,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "chat.h"
-#include "forward.h"
-#include "kvcache.h"
-#include "modelfile.h"
-#include "sampler.h"
-#include "scheduler.h"
-#include "sysinfo/sysinfo.h"
-#include "threads.h"
+#include "chat/chat.h"
+#include "model/forward.h"
+#include "model/kvcache.h"
+#include "format/modelfile.h"
+#include "runtime/sampler.h"
+#include "runtime/sched.h"
+#include "host/sysinfo/sysinfo.h"
+#include "runtime/threads.h"
 #include "tokenizer/tokenizer.h"
-#include "util.h"
+#include "base/util.h"
 
 static const char *prog = "ds-run";
 

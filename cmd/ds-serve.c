@@ -21,8 +21,8 @@
 #include <time.h>
 
 #include "serve/serve.h"
-#include "threads.h"
-#include "util.h"
+#include "runtime/threads.h"
+#include "base/util.h"
 
 static const char *prog = "ds-serve";
 

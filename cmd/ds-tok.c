@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "tokenizer/tokenizer.h"
-#include "util.h"
+#include "base/util.h"
 
 static const char *prog = "ds-tok";
 

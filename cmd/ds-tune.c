@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sysinfo/sysinfo.h"
-#include "tune/tune.h"
-#include "util.h"
+#include "host/sysinfo/sysinfo.h"
+#include "host/tune/tune.h"
+#include "base/util.h"
 
 #define PROG "ds-tune"
 #define SHOW_IRQS 8

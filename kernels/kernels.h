@@ -10,7 +10,7 @@
  * avx512|amx in the environment forces one.  Where an ISA has no version of
  * a kernel the entry is the next one down (amx -> avx512 -> avx2 -> scalar).
  *
- * Kernels are single-threaded and allocate nothing; libcore/ops.h splits
+ * Kernels are single-threaded and allocate nothing; libcore/ops/ops.h splits
  * the work across threads and owns the scratch memory.  Everything here
  * operates on caller memory, with the shapes given in each comment.
  *
@@ -46,7 +46,7 @@
 #include <stdint.h>
 
 #include "types.h"
-#include "util.h"
+#include "base/util.h"
 
 #define DS_QBLOCK 32          /* activation quantization block */
 #define DS_NDTYPE (DS_I32 + 1)

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "types.h"
-#include "util.h"
+#include "base/util.h"
 
 static const struct {
 	const char *name;

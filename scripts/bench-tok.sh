@@ -30,7 +30,7 @@ rm -f "$text.1"
 lines=$(wc -l < "$text")
 bytes=$(wc -c < "$text")
 
-cc -std=gnu11 -O2 -Ilibcore -Ilibcore/util scripts/tokbench.c build/libdscore.a \
+cc -std=gnu11 -O2 -I. -Ilibcore scripts/tokbench.c build/libdscore.a \
 	-ljansson -lpcre2-8 -licuuc -lz -lm -o "$out/tokbench"
 
 now() { date +%s.%N; }

@@ -541,7 +541,7 @@ def ds_name(module):
 # ds-model(5): reading the runtime layout back (written from the man page)
 
 
-DS_MODEL_VERSION = 2   # the layouts below (libcore/modelfile.h)
+DS_MODEL_VERSION = 2   # the layouts below (libcore/format/modelfile.h)
 
 
 def read_ds_model(d):

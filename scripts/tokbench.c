@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "tokenizer/tokenizer.h"
-#include "util.h"
+#include "base/util.h"
 
 static double cpu_s(void)
 {

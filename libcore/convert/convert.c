@@ -7,7 +7,7 @@
 #include <sys/mman.h>
 
 #include "convert.h"
-#include "hfconfig.h"
+#include "format/hfconfig.h"
 #include "tokenizer/tokenizer.h"
 
 #define MAX_CONFIG_BYTES (16u << 20)

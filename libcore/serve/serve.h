@@ -24,10 +24,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "chat.h"
-#include "sampler.h"
-#include "scheduler.h"
-#include "util.h"
+#include "chat/chat.h"
+#include "runtime/sampler.h"
+#include "runtime/sched.h"
+#include "base/util.h"
 
 /* ---- requests and answers (api.c) -------------------------------------------- */
 

@@ -7,13 +7,13 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "chat.h"
-#include "forward.h"
-#include "kvcache.h"
-#include "modelfile.h"
-#include "scheduler.h"
+#include "chat/chat.h"
+#include "model/forward.h"
+#include "model/kvcache.h"
+#include "format/modelfile.h"
+#include "runtime/sched.h"
 #include "serve.h"
-#include "threads.h"
+#include "runtime/threads.h"
 #include "tokenizer/tokenizer.h"
 
 #define DS_ENG_MAX_STOP_IDS 24

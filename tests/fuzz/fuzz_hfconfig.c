@@ -1,11 +1,11 @@
-/* fuzz_hfconfig.c - a Hugging Face config.json (libcore/hfconfig.c), and
+/* fuzz_hfconfig.c - a Hugging Face config.json (libcore/format/hfconfig.c), and
  * the same bytes as model.meta's "hparams" object.  What is accepted
  * must survive the model.meta round trip and give a tensor table whose
  * shapes are not 0. */
 #include <jansson.h>
 
 #include "fuzz.h"
-#include "hfconfig.h"
+#include "format/hfconfig.h"
 
 static void table(const ds_hparams *hp)
 {

@@ -1,9 +1,9 @@
-/* fuzz_modelmeta.c - model.meta (libcore/modelfile.c's loader: format,
+/* fuzz_modelmeta.c - model.meta (libcore/format/modelfile.c's loader: format,
  * hparams, quant, the tensor table against the architecture) beside a
  * model.bin of BIN_SIZE bytes.  Every tensor handed out must lie inside
  * the mapping and be found by its name. */
 #include "fuzz.h"
-#include "modelfile.h"
+#include "format/modelfile.h"
 
 #define BIN_SIZE (4u << 20)
 

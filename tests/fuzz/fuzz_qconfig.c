@@ -1,10 +1,10 @@
-/* fuzz_qconfig.c - quantization settings (libcore/quant/qconfig.c): the
+/* fuzz_qconfig.c - quantization settings (libcore/convert/quant/qconfig.c): the
  * input is config.json (its quantization_config), then
  * quantize_config.json, then quant_config.json of a checkpoint directory. */
 #include <jansson.h>
 
 #include "fuzz.h"
-#include "quant/quant.h"
+#include "convert/quant/quant.h"
 
 static void detect(const char *dir, const json_t *cfg)
 {

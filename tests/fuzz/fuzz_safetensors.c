@@ -1,8 +1,8 @@
 /* fuzz_safetensors.c - one safetensors file: the 8-byte header length,
  * the JSON header, every tensor's dtype, shape and data_offsets
- * (libcore/safetensors.c). */
+ * (libcore/format/safetensors.c). */
 #include "fuzz.h"
-#include "safetensors.h"
+#include "format/safetensors.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

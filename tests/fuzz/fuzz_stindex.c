@@ -1,7 +1,7 @@
 /* fuzz_stindex.c - model.safetensors.index.json of a sharded checkpoint:
- * its weight_map against two real shards (libcore/safetensors.c). */
+ * its weight_map against two real shards (libcore/format/safetensors.c). */
 #include "fuzz.h"
-#include "safetensors.h"
+#include "format/safetensors.h"
 
 /* A valid shard holding F32 tensors of 2 elements each, named names[]. */
 static void shard(const char *file, const char *const *names, int n)

@@ -1,5 +1,5 @@
 /* fuzz_sysinfo.c - ds-tune show and plan on a hostile /sys and /proc
- * (libcore/sysinfo/sysinfo.c, libcore/tune/): the files of a fake root
+ * (libcore/host/sysinfo/sysinfo.c, libcore/host/tune/): the files of a fake root
  * (tests/cli/mkfakeroot.sh intel) are replaced by the input's sections,
  *	==> /proc/interrupts <==
  *	...content...

@@ -1,11 +1,11 @@
 /* fuzz_sysparse.c - the formats of kernel files ds-tune and ds-run read
- * (libcore/sysinfo/parse.c, cpuset.c; threads.c): CPU lists, CPU masks,
+ * (libcore/host/sysinfo/parse.c, cpuset.c; threads.c): CPU lists, CPU masks,
  * /proc/interrupts, meminfo, "[selected]" words, cpuinfo flags.  The
  * first byte picks the parser; the rest is the file.  What parses must
  * print back to text that parses to the same set. */
 #include "fuzz.h"
-#include "sysinfo/sysinfo.h"
-#include "threads.h"
+#include "host/sysinfo/sysinfo.h"
+#include "runtime/threads.h"
 
 static void cpulist(const char *s)
 {

@@ -1,10 +1,10 @@
 /* fuzz_tuneplan.c - what ds-tune apply and revert read from files: a plan
- * (text "PATH = VALUE" / "mkdir PATH", or JSON; libcore/tune/planio.c),
+ * (text "PATH = VALUE" / "mkdir PATH", or JSON; libcore/host/tune/planio.c),
  * and the same bytes as the state file revert reads (state.c).  A parsed
  * plan only names kernel settings and formats back to itself; a loaded
  * state only names kernel settings. */
 #include "tunefz.h"
-#include "tune/internal.h"
+#include "host/tune/internal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -4,7 +4,7 @@
 #define DS_TUNEFZ_H
 
 #include "fuzz.h"
-#include "tune/tune.h"
+#include "host/tune/tune.h"
 
 /* Format p as text and JSON; each must parse back to the same actions. */
 static inline void tunefz_roundtrip(const ds_tune_plan *p)

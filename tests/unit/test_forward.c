@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "arch/arch.h"
+#include "model/arch.h"
 #include "harness.h"
 #include "tmodel.h"
 

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "hfconfig.h"
+#include "format/hfconfig.h"
 
 /* DeepSeek-V2-Lite's published values (docs/spec/deepseek_arch.md §3). */
 static const char *v2_lite =

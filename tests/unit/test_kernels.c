@@ -25,9 +25,9 @@
 #include <sys/wait.h>
 
 #include "harness.h"
-#include "kernels.h"
-#include "types.h"
-#include "util.h"
+#include "kernels/kernels.h"
+#include "kernels/types.h"
+#include "base/util.h"
 
 #define U 0x1p-24
 #define ERR_Q(k, g) (2.0 * ((double)(k) / 32 + (double)(k) / (g)) + 8)

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "kvcache.h"
+#include "model/kvcache.h"
 
 static void v3(ds_hparams *hp)
 {

@@ -7,11 +7,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "forward.h"
+#include "model/forward.h"
 #include "harness.h"
-#include "kernels.h"
-#include "mbench.h"
-#include "synth.h"
+#include "kernels/kernels.h"
+#include "bench/mbench.h"
+#include "bench/synth.h"
 
 /* DeepSeek-V2-Lite by hand: V 102400, H 2048, 27 layers (the first
  * dense, I 10944), 16 MLA heads (d_nope 128, d_rope 64, d_v 128, r_kv

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "modelfile.h"
+#include "format/modelfile.h"
 
 static uint64_t seed;
 static char dir[64], dst[96];

@@ -16,7 +16,7 @@
 #include <time.h>
 
 #include "harness.h"
-#include "ops.h"
+#include "ops/ops.h"
 #include "ops/ops_int.h"
 
 #define U 0x1p-24

@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "quant/quant.h"
+#include "convert/quant/quant.h"
 
 static uint64_t seed;
 

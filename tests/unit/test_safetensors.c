@@ -6,7 +6,7 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "safetensors.h"
+#include "format/safetensors.h"
 
 static char dir[64];
 static uint64_t seed;

@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "sampler.h"
+#include "runtime/sampler.h"
 
 #define V 1000
 

@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "forward.h"
+#include "model/forward.h"
 #include "harness.h"
-#include "scheduler.h"
+#include "runtime/sched.h"
 #include "tmodel.h"
 
 static uint64_t seed;

@@ -13,8 +13,8 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "kernels.h"
-#include "sysinfo/sysinfo.h"
+#include "kernels/kernels.h"
+#include "host/sysinfo/sysinfo.h"
 
 static uint64_t seed;
 

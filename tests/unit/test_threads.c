@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "threads.h"
+#include "runtime/threads.h"
 
 struct count_job {
 	_Atomic int calls[8];

@@ -11,10 +11,10 @@
 #include <jansson.h>
 
 #include "harness.h"
-#include "hfconfig.h"
-#include "modelfile.h"
-#include "tune/internal.h"
-#include "tune/tune.h"
+#include "format/hfconfig.h"
+#include "format/modelfile.h"
+#include "host/tune/internal.h"
+#include "host/tune/tune.h"
 
 static uint64_t seed;
 

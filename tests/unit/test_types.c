@@ -3,8 +3,8 @@
 #include <string.h>
 
 #include "harness.h"
-#include "types.h"
-#include "util.h"
+#include "kernels/types.h"
+#include "base/util.h"
 
 static void test_names(void)
 {

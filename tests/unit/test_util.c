@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "util.h"
+#include "base/util.h"
 
 /* f16 -> f32 -> f16 is the identity on every non-NaN bit pattern, and
  * f16 -> f32 agrees with the compiler's own _Float16 conversion. */

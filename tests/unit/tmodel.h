@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "modelfile.h"
+#include "format/modelfile.h"
 
 /* llama: GQA 4 heads / 2 KV heads of 32, llama3 rope scaling */
 static const char tm_llama[] =

@@ -1,0 +1,37 @@
+/* model.c - the two numbers a plan needs from a model directory: the
+ * bytes ds-run --hugepages copies (model.bin) and the KV-cache bytes per
+ * token.  The model is opened with the loader (modelfile.h), so a plan is
+ * only made for a directory ds-run would load. */
+#include <string.h>
+
+#include "format/modelfile.h"
+#include "tune.h"
+
+/* Values cached per token and layer: MLA's compressed latent and rope
+ * key, or full K and V heads. */
+static uint64_t kv_values(const ds_hparams *hp)
+{
+	if (hp->arch == DS_ARCH_DEEPSEEK2)
+		return (uint64_t)hp->kv_lora_rank + hp->qk_rope_head_dim;
+	return 2ull * hp->n_head_kv * hp->head_dim;
+}
+
+int ds_tune_model_read(const char *dir, ds_tune_model *m, ds_err *err)
+{
+	ds_model md;
+	uint64_t v;
+	int rc = 0;
+
+	memset(m, 0, sizeof *m);
+	if (ds_model_load(&md, dir, 0, err) != 0)
+		return -1;
+	snprintf(m->arch, sizeof m->arch, "%s", ds_arch_name(md.hp.arch));
+	m->bytes = md.bin.size;
+	m->n_ctx_train = md.hp.n_ctx_train;
+	/* f16 values: 2 bytes each */
+	if (ds_mul_u64(kv_values(&md.hp), md.hp.n_layer, &v) != 0 ||
+	    ds_mul_u64(v, 2, &m->kv_token_bytes) != 0)
+		rc = ds_errf(err, "%s: KV cache size overflows", dir);
+	ds_model_free(&md);
+	return rc;
+}

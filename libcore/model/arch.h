@@ -1,0 +1,166 @@
+/*
+ * arch.h - inside the forward passes (forward.h): the bound weights, the
+ * activation buffers, and the blocks the architectures share.
+ *
+ * Shapes: T = entries of the batch (tokens), H = n_embd, nh = n_head,
+ * nkv = n_head_kv, hd = head_dim; MLA: dn = qk_nope_head_dim, dr =
+ * qk_rope_head_dim, dv = v_head_dim, rkv = kv_lora_rank, rq = q_lora_rank.
+ * Activations are float32 rows, one per token.
+ */
+#ifndef DS_ARCH_H
+#define DS_ARCH_H
+
+#include "forward.h"
+#include "ops/ops.h"
+
+#define DS_FWD_MAPS 40
+
+/* One layer's weights ([out, in] as ds_mat; vectors f32). */
+typedef struct ds_layer {
+	const float *attn_norm;          /* (H) */
+	const float *ffn_norm;           /* (H) */
+	/* llama / qwen2 */
+	ds_mat wq;                       /* (nh*hd, H); MLA lite: (nh*(dn+dr), H) */
+	ds_mat wk, wv;                   /* (nkv*hd, H) */
+	const float *bq, *bk, *bv;       /* qwen2: (nh*hd), (nkv*hd) x2 */
+	ds_mat wo;                       /* (H, nh*hd); MLA: (H, nh*dv) */
+	/* MLA */
+	ds_mat wq_a;                     /* (rq, H), rq > 0 */
+	const float *q_a_norm;           /* (rq) */
+	ds_mat wq_b;                     /* (nh*(dn+dr), rq) */
+	ds_mat wkv_a;                    /* (rkv+dr, H) */
+	const float *kv_a_norm;          /* (rkv) */
+	ds_mat wkv_b;                    /* (nh*(dn+dv), rkv) */
+	ds_mat wk_b;                     /* derived: nh x (rkv, dn), W_UK[h]^T */
+	ds_mat wv_b;                     /* nh x (dv, rkv): W_UV[h]; derived
+					    only when not a view of wkv_b */
+	int wv_view;                     /* wv_b is unset: rows of wkv_b */
+	/* FFN */
+	int moe;
+	ds_mat ffn_gate, ffn_up;         /* (n_ff, H) */
+	ds_mat ffn_down;                 /* (H, n_ff) */
+	ds_mat gate_inp;                 /* router (E, H), f32 */
+	const float *exp_bias;           /* noaux_tc (E) or NULL */
+	ds_mat gate_exps, up_exps;       /* E x (n_ff_exp, H) */
+	ds_mat down_exps;                /* E x (H, n_ff_exp) */
+	int shexp;                       /* shared experts present */
+	ds_mat gate_sh, up_sh;           /* (n_ff_exp*n_shared, H) */
+	ds_mat down_sh;                  /* (H, n_ff_exp*n_shared) */
+} ds_layer;
+
+/* A run of the batch: n entries of one sequence at consecutive
+ * positions, rows t0 .. t0+n-1 of the activations. */
+typedef struct ds_run {
+	uint32_t seq;
+	uint32_t t0, n;
+	uint32_t pos0;
+} ds_run;
+
+/* Activation-preparation buffers for the per-head products of MLA
+ * (arch/mla.c): rows of int8 blocks or bf16, as kernels.h ds_act. */
+typedef struct ds_hbuf {
+	size_t rows, ldq;
+	int8_t *q;
+	float *qd, *qs;
+	uint16_t *b;
+} ds_hbuf;
+
+struct ds_fwd {
+	const ds_model *m;
+	const ds_hparams *hp;
+	ds_ctx ctx;
+	ds_pool *pool;
+	const ds_kernels *kern;
+	uint32_t max_batch;
+
+	ds_mat tok_embd;                 /* (n_vocab, H) */
+	const float *out_norm;           /* (H) */
+	ds_mat output;                   /* (n_vocab, H); tied: tok_embd */
+	ds_layer *layers;                /* [n_layer] */
+	ds_rope rope;
+	float rope_cs[2 * DS_ROPE_MAXDIM];
+	const float *rope1;              /* a step of one token: rope's table
+					    at its position (rope_cs), else NULL */
+	float attn_scale;                /* softmax scale */
+	ds_router router;
+	void *derived;                   /* the DS_FWD_DERIVED tensors (mapped) */
+	uint64_t derived_bytes;
+
+	/* activations, [max_batch] rows each */
+	float *x;                        /* (T, H) residual stream */
+	float *h;                        /* (T, H) normalized / block output */
+	float *y;                        /* (T, H) MoE output */
+	float *q;                        /* (T, nh*qhd) queries */
+	float *k, *v;                    /* (T, nkv*hd); MLA: k = (T, rkv+dr) */
+	float *qa;                       /* (T, rq) MLA low-rank query */
+	float *qc;                       /* (T, nh*(rkv+dr)) absorbed query */
+	float *oc;                       /* (T, nh*rkv) latent attention out */
+	float *o;                        /* (T, nh*vd) attention out */
+	float *rl;                       /* (T, E) router logits */
+	int32_t *eids;                   /* (T, n_used) */
+	float *ew;                       /* (T, n_used) */
+	ds_hbuf hb;                      /* per-head product inputs */
+	/* the batch, prepared */
+	int32_t *tok, *pos;              /* (T) */
+	ds_run *runs;                    /* [max_batch] */
+	size_t n_runs;
+	uint32_t *out_rows;              /* rows that asked for logits */
+	size_t n_out;
+	float *xo;                       /* (T, H) those rows */
+	float *logits;                   /* (T, n_vocab) */
+	struct { void *p; size_t n; } maps[DS_FWD_MAPS];  /* the buffers */
+	int n_maps;
+	uint32_t *seq_next;              /* scratch [n_slot] for checking */
+	uint8_t *seq_seen;
+	uint32_t seq_cap;
+	uint64_t scratch_bytes;
+};
+
+/* An anonymous mapping of `bytes` (zero, resident only where written),
+ * freed with the forward. */
+void *ds_fwd_map(ds_fwd *f, size_t bytes, ds_err *err);
+
+/* The model's RoPE table and softmax scale (forward.c). */
+int ds_fwd_rope_init(const ds_hparams *hp, ds_rope *r, double *scale,
+		     ds_err *err);
+
+/* ---- shared blocks (arch/common.c) -------------------------------------- */
+
+/* x += FFN(RMSNorm(x)): dense SwiGLU or, for MoE layers, the routed
+ * experts plus the shared ones. */
+void ds_blk_ffn(ds_fwd *f, const ds_layer *L, size_t T);
+/* RoPE on q and k, each run's K and V rows into the cache, then
+ * llama-style grouped-query attention of q (T, nh*hd) into o (T, nh*hd)
+ * (q and k rotated in place). */
+void ds_blk_gqa(ds_fwd *f, ds_kvcache *kv, uint32_t layer, size_t T);
+/* Run r's attention over layer `layer` of its cache: the n_head query
+ * rows of q_hs floats per token at q (the whole batch's rows), n_kv_head
+ * key heads, outputs of o_hs floats per head at o; f's scale. */
+ds_attn ds_run_attn(const ds_fwd *f, ds_kvcache *kv, uint32_t layer, const ds_run *r,
+		    size_t n_kv_head, const float *q, size_t q_hs, float *o, size_t o_hs);
+/* x += o W_o^T */
+void ds_blk_out(ds_fwd *f, const ds_mat *wo, const float *o, size_t T);
+
+/* ---- MLA (arch/mla.c) ---------------------------------------------------- */
+
+/* Derive W_UK^T (and W_UV when needed) for every layer. */
+int ds_mla_derive(ds_fwd *f, ds_err *err);
+/* The per-head buffers' size and allocation. */
+int ds_mla_alloc(ds_fwd *f, ds_err *err);
+/* The q_a and kv_a norms are built with eps 1e-6 by the reference and
+ * Hugging Face code, whatever rms_norm_eps says. */
+#define DS_LORA_EPS 1e-6f
+
+/* Absorbed attention of the projected rows q (T, nh*(dn+dr)) and k (T,
+ * rkv+dr): c normalized, q_pe and k_pe rotated, the rows into the cache,
+ * then attention; o (T, nh*dv). */
+void ds_mla_attend(ds_fwd *f, ds_kvcache *kv, const ds_layer *L,
+		   uint32_t layer, size_t T);
+
+/* ---- the architectures ---------------------------------------------------- */
+
+void ds_llama_layers(ds_fwd *f, ds_kvcache *kv, size_t T);
+void ds_qwen2_layers(ds_fwd *f, ds_kvcache *kv, size_t T);
+void ds_deepseek2_layers(ds_fwd *f, ds_kvcache *kv, size_t T);
+
+#endif

@@ -1,0 +1,163 @@
+/*
+ * forward.h - a model's forward pass over a batch of tokens from several
+ * sequences (the shape of llama.cpp's llama_decode), and placing a loaded
+ * model's weights in memory (hugepages, NUMA).
+ *
+ *	ds_model m;     ds_model_load(&m, dir, DS_LOAD_POPULATE, &err);
+ *	ds_pool *pool;  ds_pool_init(&pool, &(ds_pool_opts){ .threads = 8 }, &err);
+ *	ds_fwd *f;      ds_fwd_init(&f, &m, pool, NULL, &err);
+ *	ds_kvcache kv;  ds_kvcache_init(&kv, &m.hp, n_slot, n_ctx, DS_KV_F16, &err);
+ *
+ *	// slot 0: a prompt of 3 tokens, logits of the last; slot 1: one
+ *	// decode step at position 17
+ *	int32_t tok[] = { 1, 2, 3, 9 }, pos[] = { 0, 1, 2, 17 }, seq[] = { 0, 0, 0, 1 };
+ *	uint8_t want[] = { 0, 0, 1, 1 };
+ *	ds_batch b = { 4, tok, pos, seq, want };
+ *	ds_fwd_decode(f, &kv, &b, &err);
+ *	const float *l0 = ds_fwd_logits(f, 0);   // slot 0, position 2
+ *	const float *l1 = ds_fwd_logits(f, 1);   // slot 1, position 17
+ *
+ * One ds_fwd_decode is one pass through the layers for all the entries:
+ * every weight matrix is read once per batch (MoE experts once per batch
+ * too: tokens are grouped by expert), whatever the mix of prefill and
+ * decode entries.  The architectures (libcore/model/): llama (DeepSeek LLM
+ * and Coder, R1-Distill-Llama), qwen2 (R1-Distill-Qwen) and deepseek2
+ * (V2, V2-Lite, V2.5, V3, R1: MLA attention, decoded in the absorbed form
+ * over the compressed cache, and MoE).
+ *
+ * Threads: the forward runs its work on the pool given at init; one thread
+ * at a time calls ds_fwd_decode (the scheduler's thread).  Nothing is
+ * allocated per call.
+ */
+#ifndef DS_FORWARD_H
+#define DS_FORWARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvcache.h"
+#include "format/modelfile.h"
+#include "runtime/threads.h"
+#include "base/util.h"
+
+typedef struct ds_fwd ds_fwd;
+
+typedef struct ds_fwd_opts {
+	uint32_t max_batch;   /* most entries per ds_fwd_decode; 0: 256 */
+} ds_fwd_opts;
+
+/* Bind the model's tensors (which must outlive the forward), derive what
+ * MLA's absorbed decode needs (see DS_FWD_DERIVED below) and allocate
+ * every buffer for batches of up to max_batch entries. */
+int ds_fwd_init(ds_fwd **f, const ds_model *m, ds_pool *pool,
+		const ds_fwd_opts *opts, ds_err *err);
+void ds_fwd_free(ds_fwd *f);
+
+/* ---- batches ------------------------------------------------------------- */
+
+/* n entries: token[i] at position pos[i] of the sequence in cache slot
+ * seq[i]; logits[i] nonzero asks for its logits (NULL: only the last
+ * entry's).  Rules, checked (a violation is an error, nothing computed):
+ *  - n <= max_batch; tokens < n_vocab (the error names the entry);
+ *  - seq[i] < the cache's n_slot, pos[i] < its n_ctx;
+ *  - a sequence's entries, in batch order, have consecutive positions; the
+ *    first may start anywhere up to the slot's length (starting below it
+ *    overwrites: the slot is cut there first), later ones continue.
+ * Entries of different sequences may interleave.  After the call each
+ * slot's length is the end of its last entry. */
+typedef struct ds_batch {
+	size_t n;
+	const int32_t *token;
+	const int32_t *pos;
+	const int32_t *seq;
+	const uint8_t *logits;
+} ds_batch;
+
+int ds_fwd_decode(ds_fwd *f, ds_kvcache *kv, const ds_batch *b,
+		  ds_err *err);
+
+/* The logits [n_vocab] of the i-th entry that asked for them, in batch
+ * order, valid until the next ds_fwd_decode. */
+const float *ds_fwd_logits(const ds_fwd *f, size_t i);
+/* The same, writable (the sampler applies its penalties in place). */
+float *ds_fwd_logits_mut(ds_fwd *f, size_t i);
+
+/* ---- what a forward is -------------------------------------------------- */
+
+typedef struct ds_fwd_info {
+	const ds_hparams *hp;
+	uint32_t n_vocab;
+	uint32_t max_batch;
+	uint64_t weight_bytes;      /* all tensors of model.bin */
+	uint64_t active_bytes;      /* weights one decode token reads:
+				       everything but the embedding table and
+				       the unused routed experts */
+	uint64_t derived_bytes;     /* memory of DS_FWD_DERIVED tensors */
+	uint64_t scratch_bytes;     /* activations, logits, op scratch */
+	double softmax_scale;       /* attention's, incl. YaRN's mscale^2 */
+} ds_fwd_info;
+
+void ds_fwd_get_info(const ds_fwd *f, ds_fwd_info *info);
+
+/*
+ * DS_FWD_DERIVED.  The absorbed MLA query needs W_UK[h]^T, the transpose
+ * of head h's k_nope rows of attn_kv_b ([d_nope, r_kv] -> [r_kv, d_nope]),
+ * which no row-major kernel reads from attn_kv_b itself.  It is derived
+ * once at init: every head's rows dequantized and transposed into a bf16
+ * matrix (f16 or f32 when attn_kv_b is one of those), 2 r_kv d_nope n_head
+ * bytes per layer: 2 MiB per layer for V2-Lite, 16 MiB for V3 (1 GiB in
+ * all, 0.3% of its q4 weights).  bf16 is exact for bf16 checkpoints; for
+ * q4/q8 the rounding (at most 2^-8 relative) is below the int8
+ * activations' own (1/254 of a block's largest).
+ * W_UV is read from attn_kv_b in place (its rows of head h start on a
+ * row-set when d_nope and d_v are multiples of 16, as in every released
+ * model; otherwise it is derived the same way).
+ */
+
+/* ---- placement of the weights ------------------------------------------------ */
+
+enum ds_numa { DS_NUMA_OFF, DS_NUMA_INTERLEAVE, DS_NUMA_NODE };
+
+/* Where the weights live after ds_model_place. */
+typedef struct ds_placement {
+	void *mem;            /* the copy (hugepages), or NULL */
+	size_t bytes;
+	int huge;             /* 1: MAP_HUGETLB; 0: madvise(MADV_HUGEPAGE) */
+} ds_placement;
+
+/* "interleave" | "node" -> mode (-1 with a message). */
+int ds_numa_parse(const char *s, enum ds_numa *mode, ds_err *err);
+
+/* Before the model's first use (load it without DS_LOAD_POPULATE):
+ *  - hugepages: copy model.bin into anonymous memory mapped with
+ *    MAP_HUGETLB (2 MiB pages, from the pool ds-tune reserves), falling
+ *    back to transparent hugepages (madvise MADV_HUGEPAGE) with *warn set
+ *    to a message; the model's tensors are pointed at the copy and the
+ *    file mapping is closed;
+ *  - numa: interleave every page over the nodes, or (node) put each
+ *    thread's share of every weight matrix's row-sets on its own node.
+ * Free the placement after the model. */
+int ds_model_place(ds_model *m, ds_pool *pool, int hugepages,
+		   enum ds_numa numa, ds_placement *pl, char *warn,
+		   size_t warn_len, ds_err *err);
+void ds_placement_free(ds_placement *pl);
+
+/* How ds-run, ds-bench and ds-serve load a model for running. */
+typedef struct ds_load_opts {
+	int no_populate;      /* leave the pages to fault in on first use */
+	int mlock;            /* lock the weights in memory */
+	int hugepages;        /* a copy in hugepages (ds_model_place) */
+	enum ds_numa numa;
+	int verify;           /* check every CRC-32 */
+} ds_load_opts;
+
+/* ds_model_load with MAP_POPULATE (unless no_populate, hugepages or numa:
+ * then the pages are faulted in where they are placed), then
+ * ds_model_place, then ds_model_verify.  *warn: the hugepages fallback's
+ * message, or "".  On failure free the model and the placement as after
+ * success. */
+int ds_model_open(ds_model *m, ds_pool *pool, const char *dir,
+		  const ds_load_opts *o, ds_placement *pl, char *warn,
+		  size_t warn_len, ds_err *err);
+
+#endif

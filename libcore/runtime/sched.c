@@ -1,0 +1,642 @@
+/*
+ * sched.c - continuous batching (sched.h).
+ *
+ * The lock guards the queue, the slot table and the cancel flags; the
+ * driver holds it only to admit and collect, never across a forward pass
+ * or a callback, so submitters wait microseconds.
+ */
+#define _GNU_SOURCE     /* memmem */
+#include "sched.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct sreq {
+	uint64_t id;
+	int32_t *prompt;
+	size_t n_prompt;
+	int64_t n_predict;
+	int32_t *stop_ids;
+	size_t n_stop;
+	int all_logits;
+	ds_req_cb cb;
+	ds_sampler smp;
+	ds_req_stats st;
+	int cancel;                /* under the lock */
+	int slot;                  /* -1 while queued */
+	size_t n_fed;              /* prompt tokens in the cache */
+	size_t n_past;             /* positions in the cache */
+	int64_t n_gen;             /* tokens sampled */
+	int32_t next;              /* sampled, to be fed */
+	int has_next;
+	int done;                  /* ended in this step */
+	struct sreq *link;         /* queue */
+} sreq;
+
+/* One entry of the batch that asked for logits. */
+typedef struct bout {
+	sreq *r;
+	size_t pos;
+	int sample;                /* a token is sampled from it */
+} bout;
+
+struct ds_sched {
+	ds_fwd *f;
+	ds_kvcache *kv;
+	uint32_t n_batch, n_vocab;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	sreq *qhead, *qtail;
+	size_t n_queued, n_running;
+	sreq **slots;              /* [n_slot] */
+	uint64_t next_id;
+	int stopped;
+	/* the batch being built */
+	int32_t *btok, *bpos, *bseq;
+	uint8_t *bwant;
+	bout *bo;
+	size_t n_bo;
+	uint8_t *taken;            /* [n_slot] had a prompt chunk this step */
+};
+
+const char *ds_finish_name(enum ds_finish f)
+{
+	switch (f) {
+	case DS_FINISH_LENGTH: return "length";
+	case DS_FINISH_STOP: return "stop";
+	case DS_FINISH_CANCEL: return "cancelled";
+	case DS_FINISH_ERROR: return "error";
+	}
+	return "?";
+}
+
+/* ---- life cycle --------------------------------------------------------------- */
+
+int ds_sched_init(ds_sched **out, ds_fwd *f, ds_kvcache *kv,
+		  const ds_sched_opts *opts, ds_err *err)
+{
+	ds_sched *s = ds_calloc(1, sizeof *s, err);
+	ds_fwd_info fi;
+
+	*out = NULL;
+	if (s == NULL)
+		return -1;
+	ds_fwd_get_info(f, &fi);
+	s->f = f;
+	s->kv = kv;
+	s->n_vocab = fi.n_vocab;
+	s->n_batch = opts && opts->n_batch ? opts->n_batch : fi.max_batch;
+	if (s->n_batch > fi.max_batch)
+		s->n_batch = fi.max_batch;
+	if (s->n_batch < kv->n_slot + 1 && fi.max_batch >= kv->n_slot + 1)
+		s->n_batch = kv->n_slot + 1;
+	if (s->n_batch < kv->n_slot) {
+		ds_errf(err, "scheduler: batches of %u cannot hold a decode step "
+			"of %u slots", s->n_batch, kv->n_slot);
+		free(s);
+		return -1;
+	}
+	s->next_id = 1;
+	s->slots = ds_calloc(kv->n_slot, sizeof *s->slots, err);
+	s->btok = ds_calloc(s->n_batch, sizeof *s->btok, err);
+	s->bpos = ds_calloc(s->n_batch, sizeof *s->bpos, err);
+	s->bseq = ds_calloc(s->n_batch, sizeof *s->bseq, err);
+	s->bwant = ds_calloc(s->n_batch, 1, err);
+	s->bo = ds_calloc(s->n_batch, sizeof *s->bo, err);
+	s->taken = ds_calloc(kv->n_slot, 1, err);
+	if (!s->slots || !s->btok || !s->bpos || !s->bseq || !s->bwant || !s->bo ||
+	    !s->taken) {
+		free(s->taken);
+		free(s->slots);
+		free(s->btok);
+		free(s->bpos);
+		free(s->bseq);
+		free(s->bwant);
+		free(s->bo);
+		free(s);
+		return -1;
+	}
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->cv, NULL);
+	*out = s;
+	return 0;
+}
+
+static void req_free(sreq *r)
+{
+	ds_sampler_free(&r->smp);
+	free(r->prompt);
+	free(r->stop_ids);
+	free(r);
+}
+
+/* The end of r (driver thread, lock not held). */
+static void finish(ds_sched *s, sreq *r, enum ds_finish why)
+{
+	r->st.t_end = ds_now_s();
+	r->st.completion_tokens = (size_t)r->n_gen;
+	r->st.prompt_tokens = r->n_fed;
+	if (r->slot >= 0) {
+		ds_kvcache_seq_keep(s->kv, (uint32_t)r->slot, 0);
+		pthread_mutex_lock(&s->mu);
+		s->slots[r->slot] = NULL;
+		s->n_running--;
+		pthread_mutex_unlock(&s->mu);
+	}
+	if (r->cb.on_done)
+		r->cb.on_done(r->cb.user, why, &r->st);
+	req_free(r);
+}
+
+void ds_sched_free(ds_sched *s)
+{
+	uint32_t i;
+	sreq *r;
+
+	if (s == NULL)
+		return;
+	for (i = 0; i < s->kv->n_slot; i++)
+		if (s->slots[i] != NULL)
+			finish(s, s->slots[i], DS_FINISH_CANCEL);
+	while ((r = s->qhead) != NULL) {
+		s->qhead = r->link;
+		finish(s, r, DS_FINISH_CANCEL);
+	}
+	pthread_mutex_destroy(&s->mu);
+	pthread_cond_destroy(&s->cv);
+	free(s->slots);
+	free(s->btok);
+	free(s->bpos);
+	free(s->bseq);
+	free(s->bwant);
+	free(s->bo);
+	free(s->taken);
+	free(s);
+}
+
+/* ---- submitting and cancelling (any thread) --------------------------------------- */
+
+static sreq *req_make(ds_sched *s, const ds_req *q, ds_err *err)
+{
+	sreq *r;
+	size_t i;
+
+	if (q->n_prompt == 0)
+		return ds_errf(err, "empty prompt"), NULL;
+	if (q->n_prompt > s->kv->n_ctx)
+		return ds_errf(err, "prompt of %zu tokens is longer than the "
+			       "context (%u)", q->n_prompt, s->kv->n_ctx), NULL;
+	for (i = 0; i < q->n_prompt; i++)
+		if (q->prompt[i] < 0 || (uint32_t)q->prompt[i] >= s->n_vocab)
+			return ds_errf(err, "prompt token %zu: id %d is not below "
+				       "the vocabulary size %u", i + 1,
+				       q->prompt[i], s->n_vocab), NULL;
+	r = ds_calloc(1, sizeof *r, err);
+	if (r == NULL)
+		return NULL;
+	r->prompt = ds_calloc(q->n_prompt, sizeof *r->prompt, err);
+	r->stop_ids = ds_calloc(q->n_stop_ids + 1, sizeof *r->stop_ids, err);
+	if (r->prompt == NULL || r->stop_ids == NULL ||
+	    ds_sampler_init(&r->smp, &q->sp, (int)s->n_vocab, err)) {
+		req_free(r);
+		return NULL;
+	}
+	memcpy(r->prompt, q->prompt, q->n_prompt * sizeof *r->prompt);
+	if (q->n_stop_ids)
+		memcpy(r->stop_ids, q->stop_ids, q->n_stop_ids * sizeof *r->stop_ids);
+	r->n_prompt = q->n_prompt;
+	r->n_stop = q->n_stop_ids;
+	r->n_predict = q->n_predict;
+	r->all_logits = q->all_logits;
+	r->cb = q->cb;
+	r->slot = -1;
+	for (i = 0; i < q->n_prompt; i++)
+		ds_sampler_accept(&r->smp, q->prompt[i]);
+	r->st.t_submit = ds_now_s();
+	return r;
+}
+
+int ds_sched_submit(ds_sched *s, const ds_req *q, uint64_t *id, ds_err *err)
+{
+	sreq *r = req_make(s, q, err);
+	uint64_t rid;
+
+	if (r == NULL)
+		return -1;
+	pthread_mutex_lock(&s->mu);
+	/* r is the driver's once queued: it may be done and freed as soon as
+	 * the lock is released, so its id is read here */
+	rid = r->id = r->st.id = s->next_id++;
+	if (s->qtail)
+		s->qtail->link = r;
+	else
+		s->qhead = r;
+	s->qtail = r;
+	s->n_queued++;
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+	if (id)
+		*id = rid;
+	return 0;
+}
+
+int ds_sched_cancel(ds_sched *s, uint64_t id)
+{
+	int rc = -1;
+	uint32_t i;
+	sreq *r;
+
+	pthread_mutex_lock(&s->mu);
+	for (r = s->qhead; r != NULL && rc; r = r->link)
+		if (r->id == id)
+			r->cancel = 1, rc = 0;
+	for (i = 0; i < s->kv->n_slot && rc; i++)
+		if (s->slots[i] && s->slots[i]->id == id)
+			s->slots[i]->cancel = 1, rc = 0;
+	if (rc == 0)
+		pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+	return rc;
+}
+
+size_t ds_sched_pending(ds_sched *s)
+{
+	size_t n;
+
+	pthread_mutex_lock(&s->mu);
+	n = s->n_queued + s->n_running;
+	pthread_mutex_unlock(&s->mu);
+	return n;
+}
+
+void ds_sched_counts(ds_sched *s, size_t *queued, size_t *running)
+{
+	pthread_mutex_lock(&s->mu);
+	if (queued)
+		*queued = s->n_queued;
+	if (running)
+		*running = s->n_running;
+	pthread_mutex_unlock(&s->mu);
+}
+
+int ds_sched_wait(ds_sched *s)
+{
+	int go;
+
+	pthread_mutex_lock(&s->mu);
+	while (!s->stopped && s->n_queued + s->n_running == 0)
+		pthread_cond_wait(&s->cv, &s->mu);
+	go = !s->stopped;
+	pthread_mutex_unlock(&s->mu);
+	return go;
+}
+
+void ds_sched_stop(ds_sched *s)
+{
+	pthread_mutex_lock(&s->mu);
+	s->stopped = 1;
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- a step -------------------------------------------------------------------------- */
+
+/* Cancelled requests out, queued ones into free slots; the cancelled are
+ * returned as a list (ended by the caller, outside the lock). */
+static sreq *admit(ds_sched *s)
+{
+	sreq *gone = NULL, **pp, *r;
+	uint32_t i;
+
+	pthread_mutex_lock(&s->mu);
+	for (pp = &s->qhead; (r = *pp) != NULL;) {
+		if (r->cancel) {
+			*pp = r->link;
+			s->n_queued--;
+			r->link = gone;
+			gone = r;
+		} else {
+			pp = &r->link;
+		}
+	}
+	s->qtail = NULL;
+	for (r = s->qhead; r != NULL; r = r->link)
+		s->qtail = r;
+	for (i = 0; i < s->kv->n_slot && s->qhead != NULL; i++) {
+		if (s->slots[i] != NULL)
+			continue;
+		r = s->qhead;
+		s->qhead = r->link;
+		if (s->qhead == NULL)
+			s->qtail = NULL;
+		s->n_queued--;
+		s->n_running++;
+		r->link = NULL;
+		r->slot = (int)i;
+		r->st.t_start = ds_now_s();
+		ds_kvcache_seq_keep(s->kv, i, 0);
+		s->slots[i] = r;
+	}
+	pthread_mutex_unlock(&s->mu);
+	return gone;
+}
+
+static void end_cancelled(ds_sched *s, sreq *gone)
+{
+	uint32_t i;
+	int c;
+
+	while (gone != NULL) {
+		sreq *r = gone;
+
+		gone = r->link;
+		finish(s, r, DS_FINISH_CANCEL);
+	}
+	for (i = 0; i < s->kv->n_slot; i++) {
+		sreq *r = s->slots[i];
+
+		if (r == NULL)
+			continue;
+		pthread_mutex_lock(&s->mu);
+		c = r->cancel;
+		pthread_mutex_unlock(&s->mu);
+		if (c)
+			finish(s, r, DS_FINISH_CANCEL);
+	}
+}
+
+static void add_entry(ds_sched *s, size_t *n, sreq *r, int32_t tok,
+		      size_t pos, int want, int sample)
+{
+	s->btok[*n] = tok;
+	s->bpos[*n] = (int32_t)pos;
+	s->bseq[*n] = r->slot;
+	s->bwant[*n] = (uint8_t)want;
+	if (want)
+		s->bo[s->n_bo++] = (bout){ r, pos, sample };
+	(*n)++;
+}
+
+/* The prefilling request admitted first that has not had a chunk yet. */
+static sreq *next_prefill(ds_sched *s, const uint8_t *taken)
+{
+	sreq *best = NULL;
+	uint32_t i;
+
+	for (i = 0; i < s->kv->n_slot; i++) {
+		sreq *r = s->slots[i];
+
+		if (r && !taken[i] && r->n_fed < r->n_prompt &&
+		    (best == NULL || r->id < best->id))
+			best = r;
+	}
+	return best;
+}
+
+/* Decode entries first, then prompt chunks; returns the entry count. */
+static size_t build(ds_sched *s, uint8_t *taken)
+{
+	size_t n = 0, p;
+	uint32_t i;
+	sreq *r;
+
+	s->n_bo = 0;
+	for (i = 0; i < s->kv->n_slot; i++) {
+		r = s->slots[i];
+		if (r && r->has_next) {
+			add_entry(s, &n, r, r->next, r->n_past, 1, 1);
+			r->has_next = 0;
+		}
+	}
+	while (n < s->n_batch && (r = next_prefill(s, taken)) != NULL) {
+		size_t m = r->n_prompt - r->n_fed;
+
+		taken[r->slot] = 1;
+		if (m > s->n_batch - n)
+			m = s->n_batch - n;
+		for (p = r->n_fed; p < r->n_fed + m; p++) {
+			int last = p + 1 == r->n_prompt;
+
+			add_entry(s, &n, r, r->prompt[p], p, r->all_logits || last,
+				  last);
+		}
+		r->n_fed += m;
+		r->n_past = r->n_fed;
+	}
+	return n;
+}
+
+static int is_stop(const sreq *r, int32_t t)
+{
+	size_t i;
+
+	for (i = 0; i < r->n_stop; i++)
+		if (r->stop_ids[i] == t)
+			return 1;
+	return 0;
+}
+
+/* A token from the logits of position pos; the request's next state. */
+static void sample(ds_sched *s, sreq *r, size_t pos, float *logits)
+{
+	int32_t t;
+
+	if (pos + 1 == r->n_prompt)
+		r->st.t_prompt = ds_now_s();
+	if (r->n_predict == 0) {
+		r->done = 1 + DS_FINISH_LENGTH;
+		return;
+	}
+	t = ds_sampler_sample(&r->smp, logits);
+	ds_sampler_accept(&r->smp, t);
+	r->n_gen++;
+	if (is_stop(r, t)) {
+		r->done = 1 + DS_FINISH_STOP;
+	} else if (r->cb.on_token && r->cb.on_token(r->cb.user, t)) {
+		r->done = 1 + DS_FINISH_STOP;
+	} else if ((r->n_predict > 0 && r->n_gen >= r->n_predict) ||
+		   pos + 1 >= s->kv->n_ctx) {
+		r->done = 1 + DS_FINISH_LENGTH;
+	} else {
+		r->next = t;
+		r->has_next = 1;
+		r->n_past = pos + 1;
+	}
+}
+
+int ds_sched_step(ds_sched *s, ds_err *err)
+{
+	ds_batch b;
+	size_t n, j;
+	uint32_t i;
+
+	end_cancelled(s, admit(s));
+	memset(s->taken, 0, s->kv->n_slot);
+	n = build(s, s->taken);
+	if (n == 0)
+		return (int)ds_sched_pending(s);
+	b.n = n;
+	b.token = s->btok;
+	b.pos = s->bpos;
+	b.seq = s->bseq;
+	b.logits = s->bwant;
+	if (ds_fwd_decode(s->f, s->kv, &b, err)) {
+		for (i = 0; i < s->kv->n_slot; i++)
+			if (s->slots[i] != NULL)
+				finish(s, s->slots[i], DS_FINISH_ERROR);
+		return -1;
+	}
+	for (j = 0; j < s->n_bo; j++) {
+		const bout *o = &s->bo[j];
+		float *l = ds_fwd_logits_mut(s->f, j);
+
+		if (o->r->done)
+			continue;
+		if (o->r->cb.on_logits)
+			o->r->cb.on_logits(o->r->cb.user, o->pos, l, s->n_vocab);
+		if (o->sample)
+			sample(s, o->r, o->pos, l);
+	}
+	for (i = 0; i < s->kv->n_slot; i++) {
+		sreq *r = s->slots[i];
+
+		if (r != NULL && r->done)
+			finish(s, r, (enum ds_finish)(r->done - 1));
+	}
+	return (int)ds_sched_pending(s);
+}
+
+int ds_sched_drain(ds_sched *s, ds_err *err)
+{
+	int n;
+
+	while ((n = ds_sched_step(s, err)) > 0)
+		;
+	return n < 0 ? -1 : 0;
+}
+
+/* ---- stop strings ----------------------------------------------------------------- */
+
+static int grow(char **buf, size_t *cap, size_t need, ds_err *err)
+{
+	char *p;
+	size_t c = *cap ? *cap : 64;
+
+	if (need <= *cap)
+		return 0;
+	while (c < need)
+		c *= 2;
+	p = realloc(*buf, c);
+	if (p == NULL)
+		return ds_errf(err, "out of memory");
+	*buf = p;
+	*cap = c;
+	return 0;
+}
+
+static int emit(const char *t, size_t n, char **out, size_t *n_out,
+		size_t *cap, ds_err *err)
+{
+	if (grow(out, cap, *n_out + n + 1, err))
+		return -1;
+	memcpy(*out + *n_out, t, n);
+	*n_out += n;
+	(*out)[*n_out] = '\0';
+	return 0;
+}
+
+int ds_stopper_init(ds_stopper *st, char *const *stops, size_t n, ds_err *err)
+{
+	size_t i;
+
+	memset(st, 0, sizeof *st);
+	st->stops = ds_calloc(n + 1, sizeof *st->stops, err);
+	if (st->stops == NULL)
+		return -1;
+	for (i = 0; i < n; i++) {
+		size_t l = strlen(stops[i]);
+
+		if (l == 0)
+			continue;
+		st->stops[st->n_stops] = strdup(stops[i]);
+		if (st->stops[st->n_stops] == NULL) {
+			ds_stopper_free(st);
+			return ds_errf(err, "out of memory");
+		}
+		st->n_stops++;
+		if (l > st->max_len)
+			st->max_len = l;
+	}
+	return 0;
+}
+
+void ds_stopper_free(ds_stopper *st)
+{
+	size_t i;
+
+	for (i = 0; st->stops && i < st->n_stops; i++)
+		free(st->stops[i]);
+	free(st->stops);
+	free(st->hold);
+	memset(st, 0, sizeof *st);
+}
+
+/* The longest tail of hold that starts some stop string. */
+static size_t partial_tail(const ds_stopper *st)
+{
+	size_t k, i, best = 0;
+
+	for (i = 0; i < st->n_stops; i++) {
+		size_t l = strlen(st->stops[i]);
+
+		for (k = l - 1 < st->n_hold ? l - 1 : st->n_hold; k > best; k--)
+			if (memcmp(st->hold + st->n_hold - k, st->stops[i], k) == 0) {
+				best = k;
+				break;
+			}
+	}
+	return best;
+}
+
+int ds_stopper_push(ds_stopper *st, const char *text, size_t len, char **out,
+		    size_t *n_out, size_t *cap, ds_err *err)
+{
+	size_t i, keep, first = (size_t)-1;
+
+	if (st->n_stops == 0)
+		return emit(text, len, out, n_out, cap, err);
+	if (grow(&st->hold, &st->cap, st->n_hold + len + 1, err))
+		return -1;
+	memcpy(st->hold + st->n_hold, text, len);
+	st->n_hold += len;
+	st->hold[st->n_hold] = '\0';
+	for (i = 0; i < st->n_stops; i++) {
+		const char *p = memmem(st->hold, st->n_hold, st->stops[i],
+				       strlen(st->stops[i]));
+
+		if (p != NULL && (size_t)(p - st->hold) < first)
+			first = (size_t)(p - st->hold);
+	}
+	if (first != (size_t)-1) {
+		if (emit(st->hold, first, out, n_out, cap, err))
+			return -1;
+		st->n_hold = 0;
+		return 1;
+	}
+	keep = partial_tail(st);
+	if (emit(st->hold, st->n_hold - keep, out, n_out, cap, err))
+		return -1;
+	memmove(st->hold, st->hold + st->n_hold - keep, keep);
+	st->n_hold = keep;
+	return 0;
+}
+
+int ds_stopper_flush(ds_stopper *st, char **out, size_t *n_out, size_t *cap,
+		     ds_err *err)
+{
+	int rc = emit(st->hold ? st->hold : "", st->n_hold, out, n_out, cap, err);
+
+	st->n_hold = 0;
+	return rc;
+}
