@@ -52,19 +52,24 @@ Q = @
 say = @printf '  %-6s %s\n'
 endif
 
-all: deps $(PROGS)
+all: $(PROGS)
 
+# The packages are checked (and installed where missing) before anything
+# compiles: an order-only prerequisite of every object, so that `make -j2`
+# on a fresh machine does not compile beside the installation.
 deps:
 	@scripts/deps.sh
+test-deps:
+	@scripts/deps.sh --test
 
 # KOPT replaces OPT for kernels/ (the fuzz build leaves them uninstrumented).
 KOPT ?= $(OPT)
-$(O)/kernels/%.o: kernels/%.c
+$(O)/kernels/%.o: kernels/%.c | deps
 	@mkdir -p $(@D)
 	$(say) CC $<
 	$(Q)$(CC) $(subst $(OPT),$(KOPT),$(CFLAGS)) $(KFLAGS_$*) -MMD -MP -c $< -o $@
 
-$(O)/%.o: %.c
+$(O)/%.o: %.c | deps
 	@mkdir -p $(@D)
 	$(say) CC $<
 	$(Q)$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
@@ -89,7 +94,7 @@ $(O)/tests/test_fuzz_%: $(O)/tests/fuzz/fuzz_%.o $(O)/tests/fuzz/replay.o $(LIB)
 	$(say) LINK $@
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
-test: all $(TESTS)
+test: all $(TESTS) | test-deps
 	@DS_BIN=$(BIN) scripts/run-tests.sh $(O)/tests
 
 # The whole suite under ASan + UBSan (and LeakSanitizer, part of ASan: a
@@ -144,7 +149,7 @@ install: all
 clean:
 	rm -rf build bin
 
-.PHONY: all deps test sanitize fuzz fuzz-targets fuzz-smoke demo bench install clean
+.PHONY: all deps test-deps test sanitize fuzz fuzz-targets fuzz-smoke demo bench install clean
 .SECONDARY: $(LIB_OBJ) $(TESTS:$(O)/tests/%=$(O)/tests/unit/%.o) $(CMD_SRC:cmd/%.c=$(O)/cmd/%.o) \
 	$(FUZZ_SRC:%.c=$(O)/%.o) $(O)/tests/fuzz/replay.o
 

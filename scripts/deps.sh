@@ -1,14 +1,23 @@
 #!/bin/sh
-# Install the Debian packages ds needs to build and test, only those missing.
-# Usage: scripts/deps.sh [--ref|--fuzz|--bench]   (--ref adds what the
-# PyTorch/SentencePiece reference generators under scripts/ref/ need; the
-# tests never need them.  --fuzz adds clang with libFuzzer and OpenMP for
-# `make fuzz`; --bench SentencePiece, which `make bench` times ds-tok against).
+# Install the Debian packages a make target needs, only those missing;
+# with all of them present it exits at once without calling apt.
+# Usage: scripts/deps.sh [--test|--ref|--fuzz|--bench]
+#   (none)   what `make` needs to build the programs
+#   --test   adds what `make test` runs: bats, the reference checkers'
+#            numpy, nginx for ds-serve.bats' proxy test, mandoc, ...
+#   --ref    adds what the PyTorch/SentencePiece reference generators
+#            under scripts/ref/ need (the tests never need them)
+#   --fuzz   adds clang with libFuzzer and OpenMP for `make fuzz`
+#   --bench  adds SentencePiece, which `make bench` times ds-tok against
 set -eu
 
 pkgs="gcc make libc6-dev pkg-config zlib1g-dev libarchive-dev libjansson-dev
-libnuma-dev libpcre2-dev libmicrohttpd-dev libzstd-dev libicu-dev bats mandoc
-curl python3 python3-numpy zstd time nginx python3-prometheus-client"
+libnuma-dev libpcre2-dev libmicrohttpd-dev libzstd-dev libicu-dev"
+test_pkgs="bats mandoc curl python3 python3-numpy zstd time nginx
+python3-prometheus-client"
+case "${1:-}" in
+--test|--bench|--ref) pkgs="$pkgs $test_pkgs" ;;
+esac
 [ "${1:-}" = "--ref" ] && pkgs="$pkgs python3-torch python3-sentencepiece"
 # scripts/train-demo.py: the training text (Jane Austen, public domain; MIT
 # package), the loss plot, and a BLAS that is 7x faster than reference BLAS
