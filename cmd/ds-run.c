@@ -21,7 +21,7 @@
 #include "runtime/sampler.h"
 #include "runtime/sched.h"
 #include "host/sysinfo/sysinfo.h"
-#include "runtime/threads.h"
+#include "pool/threads.h"
 #include "tokenizer/tokenizer.h"
 #include "base/util.h"
 

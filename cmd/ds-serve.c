@@ -21,7 +21,7 @@
 #include <time.h>
 
 #include "serve/serve.h"
-#include "runtime/threads.h"
+#include "pool/threads.h"
 #include "base/util.h"
 
 static const char *prog = "ds-serve";

@@ -11,7 +11,7 @@
 #include "kbench.h"
 #include "kernels/kernels.h"
 #include "ops/ops.h"
-#include "runtime/threads.h"
+#include "pool/threads.h"
 
 /* ---- timing ------------------------------------------------------------------- */
 

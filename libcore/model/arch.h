@@ -35,6 +35,8 @@ typedef struct ds_layer {
 	ds_mat wv_b;                     /* nh x (dv, rkv): W_UV[h]; derived
 					    only when not a view of wkv_b */
 	int wv_view;                     /* wv_b is unset: rows of wkv_b */
+	ds_mat *uk, *uv;                 /* [nh] per-head views: W_UK[h]^T of
+					    wk_b, W_UV[h] of wv_b or wkv_b */
 	/* FFN */
 	int moe;
 	ds_mat ffn_gate, ffn_up;         /* (n_ff, H) */
@@ -56,15 +58,6 @@ typedef struct ds_run {
 	uint32_t pos0;
 } ds_run;
 
-/* Activation-preparation buffers for the per-head products of MLA
- * (arch/mla.c): rows of int8 blocks or bf16, as kernels.h ds_act. */
-typedef struct ds_hbuf {
-	size_t rows, ldq;
-	int8_t *q;
-	float *qd, *qs;
-	uint16_t *b;
-} ds_hbuf;
-
 struct ds_fwd {
 	const ds_model *m;
 	const ds_hparams *hp;
@@ -84,6 +77,7 @@ struct ds_fwd {
 	float attn_scale;                /* softmax scale */
 	ds_router router;
 	void *derived;                   /* the DS_FWD_DERIVED tensors (mapped) */
+	ds_mat *head_mats;               /* MLA: [n_layer][2][nh] head views */
 	uint64_t derived_bytes;
 
 	/* activations, [max_batch] rows each */
@@ -99,7 +93,6 @@ struct ds_fwd {
 	float *rl;                       /* (T, E) router logits */
 	int32_t *eids;                   /* (T, n_used) */
 	float *ew;                       /* (T, n_used) */
-	ds_hbuf hb;                      /* per-head product inputs */
 	/* the batch, prepared */
 	int32_t *tok, *pos;              /* (T) */
 	ds_run *runs;                    /* [max_batch] */
@@ -115,10 +108,6 @@ struct ds_fwd {
 	uint32_t seq_cap;
 	uint64_t scratch_bytes;
 };
-
-/* An anonymous mapping of `bytes` (zero, resident only where written),
- * freed with the forward. */
-void *ds_fwd_map(ds_fwd *f, size_t bytes, ds_err *err);
 
 /* The model's RoPE table and softmax scale (forward.c). */
 int ds_fwd_rope_init(const ds_hparams *hp, ds_rope *r, double *scale,
@@ -143,10 +132,15 @@ void ds_blk_out(ds_fwd *f, const ds_mat *wo, const float *o, size_t T);
 
 /* ---- MLA (arch/mla.c) ---------------------------------------------------- */
 
-/* Derive W_UK^T (and W_UV when needed) for every layer. */
+/* The type of the derived matrices for an attn_kv_b of type kv_b. */
+ds_ttype ds_mla_derived_type(ds_ttype kv_b);
+/* The bytes of every layer's derived matrices (DS_FWD_DERIVED). */
+int ds_mla_derived_bytes(const ds_hparams *hp, ds_ttype kv_b, uint64_t *bytes,
+			 ds_err *err);
+/* Derive W_UK^T (and W_UV when needed) for every layer into f->derived
+ * (ds_mla_derived_bytes of it), and the layers' per-head views into
+ * f->head_mats (2 n_layer n_head of them). */
 int ds_mla_derive(ds_fwd *f, ds_err *err);
-/* The per-head buffers' size and allocation. */
-int ds_mla_alloc(ds_fwd *f, ds_err *err);
 /* The q_a and kv_a norms are built with eps 1e-6 by the reference and
  * Hugging Face code, whatever rms_norm_eps says. */
 #define DS_LORA_EPS 1e-6f

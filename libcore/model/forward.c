@@ -202,6 +202,27 @@ static void scan_mats(const ds_model *m, size_t *max_k, unsigned *types)
 		*types |= 1u << DS_BF16;
 }
 
+/* ds_matmul_heads' inputs: every head's rows of a batch, for W_UK^T (the
+ * derived type, k = dn) and W_UV (attn_kv_b's type or the derived one,
+ * k = rkv). */
+static void mla_heads_cfg(const ds_fwd *f, ds_ctx_cfg *cfg)
+{
+	const ds_hparams *hp = f->hp;
+	ds_ttype kvb = f->layers[0].wkv_b.type, dt = ds_mla_derived_type(kvb);
+	size_t k[3] = { hp->qk_nope_head_dim, hp->kv_lora_rank, hp->kv_lora_rank };
+	ds_ttype t[3] = { dt, dt, kvb };
+	int i;
+
+	cfg->head_rows = (size_t)f->max_batch * hp->n_head;
+	cfg->head_types = 1u << dt.dt | 1u << kvb.dt;
+	for (i = 0; i < 3; i++) {
+		size_t kp = ds_ttype_interleaved(t[i]) ? ds_kpad(t[i], k[i]) : k[i];
+
+		if (kp > cfg->head_k)
+			cfg->head_k = kp;
+	}
+}
+
 static int ctx_init(ds_fwd *f, ds_err *err)
 {
 	const ds_hparams *hp = f->hp;
@@ -229,6 +250,7 @@ static int ctx_init(ds_fwd *f, ds_err *err)
 	if (hp->arch == DS_ARCH_DEEPSEEK2) {
 		cfg.max_group = hp->n_head;
 		cfg.max_head = hp->kv_lora_rank + hp->qk_rope_head_dim;
+		mla_heads_cfg(f, &cfg);
 	} else {
 		cfg.max_group = hp->n_head / hp->n_head_kv;
 		cfg.max_head = hp->head_dim;
@@ -237,7 +259,9 @@ static int ctx_init(ds_fwd *f, ds_err *err)
 	return ds_ctx_init(&f->ctx, f->pool, &cfg, err);
 }
 
-void *ds_fwd_map(ds_fwd *f, size_t bytes, ds_err *err)
+/* An anonymous mapping of `bytes` (zero, resident only where written),
+ * freed with the forward. */
+static void *fwd_map(ds_fwd *f, size_t bytes, ds_err *err)
 {
 	void *p;
 
@@ -264,11 +288,30 @@ static void *fbuf(ds_fwd *f, size_t rows, size_t width, size_t elem, int *oom)
 	if (width == 0 || *oom)
 		return NULL;
 	if (ds_mul_sz(rows, width, &n) || ds_mul_sz(n, elem, &n) ||
-	    (p = ds_fwd_map(f, n, NULL)) == NULL) {
+	    (p = fwd_map(f, n, NULL)) == NULL) {
 		*oom = 1;
 		return NULL;
 	}
 	return p;
+}
+
+/* MLA's derived matrices and the layers' per-head views of them (filled
+ * by ds_mla_derive). */
+static int mla_bufs(ds_fwd *f, ds_err *err)
+{
+	const ds_hparams *hp = f->hp;
+	uint64_t bytes;
+
+	if (ds_mla_derived_bytes(hp, f->layers[0].wkv_b.type, &bytes, err))
+		return -1;
+	f->head_mats = ds_calloc((size_t)hp->n_layer * 2, hp->n_head * sizeof(ds_mat), err);
+	f->derived = fwd_map(f, (size_t)bytes, err);
+	if (f->head_mats == NULL || f->derived == NULL)
+		return ds_err_prefix(err, "MLA: derived matrices");
+	/* weights, not scratch */
+	f->scratch_bytes -= ds_round_up(bytes, 4096);
+	f->derived_bytes = bytes;
+	return 0;
 }
 
 static int bufs_init(ds_fwd *f, ds_err *err)
@@ -308,7 +351,7 @@ static int bufs_init(ds_fwd *f, ds_err *err)
 	if (oom)
 		return ds_errf(err, "%s: out of memory for the activations of "
 			       "batches of %zu", f->m->dir, T);
-	return mla ? ds_mla_alloc(f, err) : 0;
+	return mla ? mla_bufs(f, err) : 0;
 }
 
 /* ---- init / free ------------------------------------------------------------------ */
@@ -352,6 +395,7 @@ void ds_fwd_free(ds_fwd *f)
 	if (f->ctx.pool != NULL)
 		ds_ctx_free(&f->ctx);
 	free(f->layers);
+	free(f->head_mats);
 	for (i = 0; i < f->n_maps; i++)
 		munmap(f->maps[i].p, f->maps[i].n);
 	free(f->seq_next);

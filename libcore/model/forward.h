@@ -37,7 +37,7 @@
 
 #include "kvcache.h"
 #include "format/modelfile.h"
-#include "runtime/threads.h"
+#include "pool/threads.h"
 #include "base/util.h"
 
 typedef struct ds_fwd ds_fwd;

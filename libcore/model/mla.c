@@ -25,15 +25,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TB 32   /* activation rows per kernel call */
-
 /* W_UK^T (and a derived W_UV) keep f32/f16 as they are; anything else
  * becomes bf16 (exact for bf16 checkpoints). */
-static ds_ttype derived_type(ds_ttype t)
+ds_ttype ds_mla_derived_type(ds_ttype kv_b)
 {
 	ds_ttype b = { DS_BF16, 0 };
 
-	return t.dt == DS_F32 || t.dt == DS_F16 ? t : b;
+	return kv_b.dt == DS_F32 || kv_b.dt == DS_F16 ? kv_b : b;
 }
 
 /* W_UV[h] can be read from attn_kv_b's rows in place when they start on
@@ -44,84 +42,24 @@ static int wv_in_place(const ds_hparams *hp)
 	       hp->v_head_dim % DS_ROWSET == 0;
 }
 
-enum { NEED_F, NEED_B, NEED_Q };
+/* ---- the query side's rows ------------------------------------------------------ */
 
-/* The padded input width a kernel reads for type t. */
-static size_t kpad(ds_ttype t, size_t k)
-{
-	return ds_ttype_interleaved(t) ? ds_kpad(t, k) : k;
-}
-
-static int need_of(ds_ttype t)
-{
-	return t.dt == DS_Q4 || t.dt == DS_Q8 ? NEED_Q :
-	       t.dt == DS_BF16 ? NEED_B : NEED_F;
-}
-
-/* ---- the per-head product job ------------------------------------------------- */
-
-/* One run's new rows, finished in the query side's job (ds_mla_attend):
- * q_pe rotated, and each latent row [c | k_pe] normalized (c), rotated
- * (k_pe) and written into the run's cache at pos0 + t. */
-typedef struct mla_rows {
-	ds_kv kc;
-	size_t pos0;
-} mla_rows;
-
-typedef struct hprod {
-	ds_fwd *f;
+/* Work done beside the per-head products of the query side (ds_heads'
+ * side): q_pe[t][h] copied behind q_c[t][h]; with one run, q_pe rotated
+ * first and each latent row [c | k_pe] normalized (c), rotated (k_pe)
+ * and written into the run's cache at pos0 + t (units T * nh .. T * nh
+ * + T - 1). */
+typedef struct mla_side {
+	const ds_fwd *f;
 	const ds_layer *L;
-	int uv;                    /* 0: W_UK^T (query side), 1: W_UV */
-	size_t T, nh;
-	float *x;                  /* x[t][h] at x + t * ldx + h * hsx */
-	size_t ldx, hsx;
-	float *y;                  /* y[t][h] at y + t * ldy + h * hsy */
-	size_t ldy, hsy;
-	/* query side: q_pe[t][h] copied behind q_c (cn floats) */
-	size_t cn, coff;
-	const mla_rows *rows;      /* query side: or NULL, done before */
-} hprod;
+	size_t T;
+	int rows;                  /* the rows finish here (one run) */
+	ds_kv kc;                  /* that run's cache */
+	size_t pos0;
+} mla_side;
 
-static ds_mat head_mat(const hprod *j, size_t h)
-{
-	const ds_layer *L = j->L;
-	const ds_hparams *hp = j->f->hp;
-	size_t dn = hp->qk_nope_head_dim, dv = hp->v_head_dim;
-	ds_mat m;
-
-	if (!j->uv)
-		return ds_mat_expert(&L->wk_b, h);
-	if (!L->wv_view)
-		return ds_mat_expert(&L->wv_b, h);
-	m = ds_mat_from_rowset(&L->wkv_b, (h * (dn + dv) + dn) / DS_ROWSET);
-	m.n = dv;
-	return m;
-}
-
-/* Rows r0 .. r1-1 of the (h, t) inputs, prepared (buffer row h T + t). */
-static void hprod_prep(const hprod *j, const ds_mat *w, int need,
-		       size_t r0, size_t r1)
-{
-	const ds_kernels *k = j->f->kern;
-	const ds_hbuf *hb = &j->f->hb;
-	size_t r, nb = hb->ldq / DS_QBLOCK;
-
-	for (r = r0; r < r1; r++) {
-		size_t h = r / j->T, t = r % j->T;
-		const float *src = j->x + t * j->ldx + h * j->hsx;
-
-		if (need == NEED_Q)
-			k->quant_row(src, w->k, w->kp, w->perm, NULL, 1.0f,
-				     hb->q + r * hb->ldq, hb->qd + r * nb,
-				     hb->qs + r * nb);
-		else if (need == NEED_B)
-			k->bf16_row(src, w->k, w->kp, w->perm, NULL, 1.0f,
-				    hb->b + r * hb->ldq);
-	}
-}
-
-/* The latent row t of a run: c normalized, k_pe rotated, into the cache. */
-static void mla_row(const hprod *j, size_t t, const float *cs)
+/* The latent row t of the run: c normalized, k_pe rotated, into the cache. */
+static void mla_row(const mla_side *j, size_t t, const float *cs)
 {
 	const ds_fwd *f = j->f;
 	const ds_hparams *hp = f->hp;
@@ -130,93 +68,35 @@ static void mla_row(const hprod *j, size_t t, const float *cs)
 
 	f->kern->rmsnorm(k, j->L->kv_a_norm, rkv, DS_LORA_EPS, k);
 	f->kern->rope(k + rkv, 1, lat - rkv, f->rope.dim, cs, f->rope.style);
-	f->kern->kv_store(j->rows->kc.type, k, j->rows->kc.dim,
-			  j->rows->kc.data + (j->rows->pos0 + t) * j->rows->kc.ld);
+	f->kern->kv_store(j->kc.type, k, j->kc.dim, j->kc.data + (j->pos0 + t) * j->kc.ld);
 }
 
-/* q_pe[t][h] behind q_c[t][h] (query side only), rotated first when the
- * job finishes the rows; units past T * nh are the latent rows. */
-static void hprod_copy(const hprod *j, size_t r0, size_t r1)
+static void mla_side_fn(void *arg, int ith, int nth)
 {
-	size_t r, row = SIZE_MAX, dn = j->f->hp->qk_nope_head_dim;
+	const mla_side *j = arg;
+	const ds_fwd *f = j->f;
+	const ds_hparams *hp = f->hp;
+	size_t nh = hp->n_head, dn = hp->qk_nope_head_dim, dr = hp->qk_rope_head_dim;
+	size_t rkv = hp->kv_lora_rank, lat = rkv + dr, qhd = dn + dr;
+	size_t b, e, r, row = SIZE_MAX;
 	float cs[DS_ROPE_MAXDIM];
-	const float *tab = j->f->rope1 ? j->f->rope1 : cs;   /* decode: the step's */
+	const float *tab = f->rope1 ? f->rope1 : cs;   /* decode: the step's */
 
-	for (r = r0; r < r1; r++) {
+	ds_split(j->T * (nh + (j->rows != 0)), ith, nth, &b, &e);
+	for (r = b; r < e; r++) {
 		size_t h = r / j->T, t = r % j->T;
-		float *pe = j->x + t * j->ldx + h * j->hsx + dn;
+		float *pe = f->q + t * nh * qhd + h * qhd + dn;
 
 		if (j->rows && t != row && tab == cs)
-			ds_rope_table(&j->f->rope, (double)(j->rows->pos0 + t), cs);
+			ds_rope_table(&f->rope, (double)(j->pos0 + t), cs);
 		row = t;
-		if (h == j->nh) {
+		if (h == nh) {
 			mla_row(j, t, tab);
 			continue;
 		}
 		if (j->rows)
-			j->f->kern->rope(pe, 1, j->cn, j->f->rope.dim, tab, j->f->rope.style);
-		memcpy(j->y + t * j->ldy + h * j->hsy + j->coff, pe, j->cn * sizeof(float));
-	}
-}
-
-/* The prepared rows of head h, as the kernels read them. */
-static ds_act head_act(const hprod *j, int need, size_t h)
-{
-	const ds_hbuf *hb = &j->f->hb;
-	size_t nb = hb->ldq / DS_QBLOCK;
-	ds_act a;
-
-	memset(&a, 0, sizeof a);
-	a.t = j->T;
-	if (need == NEED_F) {
-		a.f = j->x + h * j->hsx;
-		a.ldf = j->ldx;
-		return a;
-	}
-	a.ldq = hb->ldq;
-	if (need == NEED_B) {
-		a.b = hb->b + h * j->T * hb->ldq;
-	} else {
-		a.q = hb->q + h * j->T * hb->ldq;
-		a.qd = hb->qd + h * j->T * nb;
-		a.qs = hb->qs + h * j->T * nb;
-	}
-	return a;
-}
-
-static void hprod_fn(void *arg, int ith, int nth)
-{
-	const hprod *j = arg;
-	ds_mat w = head_mat(j, 0);
-	int need = need_of(w.type);
-	size_t nrs = (w.n + DS_ROWSET - 1) / DS_ROWSET, b, e, u, t0;
-
-	/* with rows, units T * nh .. are the latent rows (h = nh) */
-	ds_split(j->T * (j->nh + (j->rows != NULL)), ith, nth, &b, &e);
-	if (j->cn)
-		hprod_copy(j, b, e);
-	e = e < j->T * j->nh ? e : j->T * j->nh;
-	b = b < e ? b : e;
-	if (need != NEED_F) {
-		hprod_prep(j, &w, need, b, e);
-		ds_pool_barrier(j->f->pool);
-	}
-	ds_split(j->nh * nrs, ith, nth, &b, &e);
-	for (u = b; u < e;) {
-		size_t h = u / nrs, rs0 = u % nrs;
-		size_t rs1 = rs0 + (e - u) < nrs ? rs0 + (e - u) : nrs;
-		ds_act a = head_act(j, need, h);
-
-		w = head_mat(j, h);
-		for (t0 = 0; t0 < j->T; t0 += TB) {
-			size_t nt = j->T - t0 < TB ? j->T - t0 : TB;
-			ds_act at = ds_act_rows(&a, t0, nt);
-
-			j->f->kern->mm[w.type.dt](&w, &at,
-						  j->y + t0 * j->ldy + h * j->hsy,
-						  j->ldy, rs0, rs1);
-		}
-		u += rs1 - rs0;
+			f->kern->rope(pe, 1, dr, f->rope.dim, tab, f->rope.style);
+		memcpy(f->qc + t * nh * lat + h * lat + rkv, pe, dr * sizeof(float));
 	}
 }
 
@@ -249,61 +129,27 @@ void ds_mla_attend(ds_fwd *f, ds_kvcache *kv, const ds_layer *L,
 	const ds_hparams *hp = f->hp;
 	size_t nh = hp->n_head, dn = hp->qk_nope_head_dim, dr = hp->qk_rope_head_dim;
 	size_t rkv = hp->kv_lora_rank, dv = hp->v_head_dim, lat = rkv + dr, i;
-	hprod qs = { f, L, 0, T, nh, f->q, nh * (dn + dr), dn + dr,
-		     f->qc, nh * lat, lat, dr, rkv, NULL };
-	hprod vs = { f, L, 1, T, nh, f->oc, nh * rkv, rkv,
-		     f->o, nh * dv, dv, 0, 0, NULL };
-	mla_rows rows;
+	mla_side side = { .f = f, .L = L, .T = T, .rows = f->n_runs == 1 };
+	ds_heads qs = { .w = L->uk, .nh = nh, .x = f->q, .ldx = nh * (dn + dr),
+			.hsx = dn + dr, .y = f->qc, .ldy = nh * lat, .hsy = lat,
+			.side = mla_side_fn, .side_arg = &side };
+	ds_heads vs = { .w = L->uv, .nh = nh, .x = f->oc, .ldx = nh * rkv, .hsx = rkv,
+			.y = f->o, .ldy = nh * dv, .hsy = dv };
 	ds_kv vc;
 
-	if (f->n_runs == 1) {   /* one run: its rows finish in qs's job */
-		ds_kvcache_layer(kv, f->runs[0].seq, layer, &rows.kc, &vc);
-		rows.pos0 = f->runs[0].pos0;
-		qs.rows = &rows;
+	if (side.rows) {   /* one run: its rows finish in the query side's job */
+		ds_kvcache_layer(kv, f->runs[0].seq, layer, &side.kc, &vc);
+		side.pos0 = f->runs[0].pos0;
 	} else {
 		mla_rows_apart(f, kv, layer, T, L);
 	}
-	ds_pool_run(f->pool, hprod_fn, &qs);
+	ds_matmul_heads(&f->ctx, &qs, T);
 	for (i = 0; i < f->n_runs; i++) {
 		ds_attn a = ds_run_attn(f, kv, layer, &f->runs[i], 1, f->qc, lat, f->oc, rkv);
 
 		ds_attention(&f->ctx, &a, f->runs[i].n);
 	}
-	ds_pool_run(f->pool, hprod_fn, &vs);
-}
-
-/* ---- buffers ---------------------------------------------------------------------------- */
-
-int ds_mla_alloc(ds_fwd *f, ds_err *err)
-{
-	const ds_hparams *hp = f->hp;
-	const ds_mat *kvb = &f->layers[0].wkv_b;
-	ds_ttype dt = derived_type(kvb->type);
-	int nq = need_of(kvb->type), nd = need_of(dt);
-	size_t kp = kpad(dt, hp->qk_nope_head_dim), rows, nb;
-	ds_hbuf *hb = &f->hb;
-
-	if (kvb->kp > kp)
-		kp = kvb->kp;
-	if (kpad(dt, hp->kv_lora_rank) > kp)
-		kp = kpad(dt, hp->kv_lora_rank);
-	hb->ldq = ds_round_up(kp, 64);
-	nb = hb->ldq / DS_QBLOCK;
-	if (ds_mul_sz(f->max_batch, hp->n_head, &rows) ||
-	    rows > SIZE_MAX / hb->ldq / 4)
-		return ds_errf(err, "MLA buffers: size overflows");
-	hb->rows = rows;
-	if (nq == NEED_Q) {
-		hb->q = ds_fwd_map(f, rows * hb->ldq, err);
-		hb->qd = ds_fwd_map(f, rows * nb * sizeof(float), err);
-		hb->qs = ds_fwd_map(f, rows * nb * sizeof(float), err);
-		if (!hb->q || !hb->qd || !hb->qs)
-			return -1;
-	}
-	if ((nq == NEED_B || nd == NEED_B) &&
-	    (hb->b = ds_fwd_map(f, rows * hb->ldq * 2, err)) == NULL)
-		return -1;
-	return 0;
+	ds_matmul_heads(&f->ctx, &vs, T);
 }
 
 /* ---- deriving W_UK^T (and W_UV) ------------------------------------------------------------ */
@@ -379,35 +225,64 @@ static void derive_fn(void *arg, int ith, int nth)
 		derive_unit(j, u, rows, rows + j->per, u16);
 }
 
-/* Lay out the derived matrices of every layer in one allocation. */
-static int derive_alloc(ds_fwd *f, ds_ttype dt, int parts, ds_err *err)
+/* The derived matrices of one layer: W_UK^T, then W_UV where not read
+ * in place, each 64-byte aligned. */
+static int derived_layer(const ds_hparams *hp, ds_ttype dt, uint64_t *bk,
+			 uint64_t *bv)
+{
+	uint64_t kb[3] = { hp->n_head, hp->kv_lora_rank, hp->qk_nope_head_dim };
+	uint64_t vb[3] = { hp->n_head, hp->v_head_dim, hp->kv_lora_rank };
+
+	*bv = 0;
+	return ds_tensor_bytes(dt, 3, kb, bk) ||
+	       (!wv_in_place(hp) && ds_tensor_bytes(dt, 3, vb, bv)) ? -1 : 0;
+}
+
+int ds_mla_derived_bytes(const ds_hparams *hp, ds_ttype kv_b, uint64_t *bytes,
+			 ds_err *err)
+{
+	uint64_t bk, bv;
+
+	if (derived_layer(hp, ds_mla_derived_type(kv_b), &bk, &bv) ||
+	    ds_mul_u64(ds_round_up(bk, 64) + ds_round_up(bv, 64), hp->n_layer, bytes) ||
+	    *bytes > SIZE_MAX)
+		return ds_errf(err, "MLA: derived matrices: size overflows");
+	return 0;
+}
+
+/* Lay the derived matrices of every layer out in f->derived, and each
+ * layer's per-head views (ds_layer uk, uv) in f->heads. */
+static int derive_layout(ds_fwd *f, ds_ttype dt, ds_err *err)
 {
 	const ds_hparams *hp = f->hp;
 	uint64_t kb[3] = { hp->n_head, hp->kv_lora_rank, hp->qk_nope_head_dim };
 	uint64_t vb[3] = { hp->n_head, hp->v_head_dim, hp->kv_lora_rank };
-	uint64_t bk, bv = 0, per, total;
-	uint8_t *p;
-	uint32_t l;
+	uint64_t bk, bv;
+	uint8_t *p = f->derived;
+	uint32_t l, h, nh = hp->n_head, dn = hp->qk_nope_head_dim, dv = hp->v_head_dim;
 
-	if (ds_tensor_bytes(dt, 3, kb, &bk) ||
-	    (parts == 2 && ds_tensor_bytes(dt, 3, vb, &bv)))
+	if (derived_layer(hp, dt, &bk, &bv))
 		return ds_errf(err, "MLA: derived matrices: size overflows");
-	per = ds_round_up(bk, 64) + ds_round_up(bv, 64);
-	if (ds_mul_u64(per, hp->n_layer, &total) || total > SIZE_MAX)
-		return ds_errf(err, "MLA: derived matrices: size overflows");
-	f->derived = p = ds_fwd_map(f, total, err);
-	if (p == NULL)
-		return ds_err_prefix(err, "MLA: derived matrices");
-	f->scratch_bytes -= ds_round_up(total, 4096);
-	f->derived_bytes = total;
-	for (l = 0; l < hp->n_layer; l++, p += per) {
+	for (l = 0; l < hp->n_layer; l++) {
 		ds_layer *L = &f->layers[l];
 
-		L->wv_view = parts == 1;
+		L->wv_view = bv == 0;
 		if (ds_mat_init(&L->wk_b, dt, p, bk, 3, kb, NULL, err) ||
-		    (parts == 2 && ds_mat_init(&L->wv_b, dt, p + ds_round_up(bk, 64),
-					       bv, 3, vb, NULL, err)))
+		    (bv && ds_mat_init(&L->wv_b, dt, p + ds_round_up(bk, 64), bv, 3, vb,
+				       NULL, err)))
 			return ds_err_prefix(err, "MLA: derived matrices");
+		p += ds_round_up(bk, 64) + ds_round_up(bv, 64);
+		L->uk = f->head_mats + (size_t)2 * nh * l;
+		L->uv = L->uk + nh;
+		for (h = 0; h < nh; h++) {
+			L->uk[h] = ds_mat_expert(&L->wk_b, h);
+			if (bv) {
+				L->uv[h] = ds_mat_expert(&L->wv_b, h);
+				continue;
+			}
+			L->uv[h] = ds_mat_from_rowset(&L->wkv_b, (h * (dn + dv) + dn) / DS_ROWSET);
+			L->uv[h].n = dv;
+		}
 	}
 	return 0;
 }
@@ -415,19 +290,16 @@ static int derive_alloc(ds_fwd *f, ds_ttype dt, int parts, ds_err *err)
 int ds_mla_derive(ds_fwd *f, ds_err *err)
 {
 	const ds_hparams *hp = f->hp;
-	ds_ttype dt = derived_type(f->layers[0].wkv_b.type);
+	ds_ttype dt = ds_mla_derived_type(f->layers[0].wkv_b.type);
 	int nth = ds_pool_threads(f->pool), parts = wv_in_place(hp) ? 1 : 2;
 	size_t dmax = hp->qk_nope_head_dim > hp->v_head_dim ? hp->qk_nope_head_dim
 							    : hp->v_head_dim;
-	derive_job j;
+	derive_job j = { .f = f, .parts = parts, .per = dmax * hp->kv_lora_rank,
+			 .units = (size_t)hp->n_layer * hp->n_head * parts };
 	int rc = -1;
 
-	if (derive_alloc(f, dt, parts, err))
+	if (derive_layout(f, dt, err))
 		return -1;
-	j.f = f;
-	j.parts = parts;
-	j.per = dmax * hp->kv_lora_rank;
-	j.units = (size_t)hp->n_layer * hp->n_head * parts;
 	j.tmp = ds_calloc((size_t)nth * 2, j.per * sizeof(float), err);
 	j.u16 = ds_calloc((size_t)nth, j.per * sizeof(uint16_t), err);
 	if (j.tmp != NULL && j.u16 != NULL) {

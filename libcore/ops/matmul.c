@@ -362,61 +362,79 @@ void ds_matmul(ds_ctx *c, const ds_mat *w, const float *x, size_t t, float *y)
 
 /* ---- per-head products -------------------------------------------------------- */
 
+#define HEAD_TB 32   /* activation rows per kernel call */
+
 struct heads_job {
 	ds_ctx *c;
-	const ds_mat *w;
-	size_t nh, t, ldx, hsx, ldy, hsy;
-	const float *x;
-	float *y;
+	const ds_heads *p;
+	size_t t;
+	int need;
 };
 
-/* Prepared row h * T + t is x[t][h]: each head's rows are contiguous. */
+/* Head h's prepared rows (row h * T + t is x[t][h]: each head's rows
+ * are contiguous), or its inputs where they are for f32/f16. */
+static ds_act heads_act(const struct heads_job *j, size_t h)
+{
+	ds_act a;
+
+	if (!(j->need & NEED_F))
+		return ops_act(&j->c->heads, j->need, h * j->t, j->t);
+	memset(&a, 0, sizeof a);
+	a.t = j->t;
+	a.f = j->p->x + h * j->p->hsx;
+	a.ldf = j->p->ldx;
+	return a;
+}
+
 static void heads_fn(void *arg, int ith, int nth)
 {
-	struct heads_job *j = arg;
-	const ds_mat *w0 = &j->w[0];
-	size_t sets = (w0->n + DS_ROWSET - 1) / DS_ROWSET, b, e, i, kp = ds_round_up(w0->kp, DS_QBLOCK);
-	int need = need_of(w0->type);
+	const struct heads_job *j = arg;
+	const ds_heads *p = j->p;
+	const ds_mat *w0 = &p->w[0];
+	size_t sets = (w0->n + DS_ROWSET - 1) / DS_ROWSET, b, e, u, t0;
 
-	ds_split(j->nh * j->t, ith, nth, &b, &e);
-	for (i = b; i < e; i++) {
-		size_t h = i / j->t, t = i % j->t;
+	if (p->side)
+		p->side(p->side_arg, ith, nth);
+	if (!(j->need & NEED_F)) {
+		ds_split(p->nh * j->t, ith, nth, &b, &e);
+		for (u = b; u < e; u++) {
+			size_t h = u / j->t, t = u % j->t;
 
-		ops_prep_row(j->c, j->x + t * j->ldx + h * j->hsx, w0->k, kp, j->w[h].perm,
-			     NULL, 0, need, &j->c->heads, i);
+			ops_prep_row(j->c, p->x + t * p->ldx + h * p->hsx, w0->k, w0->kp,
+				     p->w[h].perm, NULL, 0, j->need, &j->c->heads, u);
+		}
 	}
 	ds_pool_barrier(j->c->pool);
-	ds_split(j->nh * sets, ith, nth, &b, &e);
-	for (i = b; i < e; i++) {
-		size_t h = i / sets, rs = i % sets, t;
-		ds_act a = ops_act(&j->c->heads, need, h * j->t, j->t);
-		ds_mat v = ds_mat_from_rowset(&j->w[h], rs);
-		float tile[DS_ROWSET * 16];
+	/* (head, row-set) units; a head's run of row-sets in one call */
+	ds_split(p->nh * sets, ith, nth, &b, &e);
+	for (u = b; u < e;) {
+		size_t h = u / sets, rs0 = u % sets;
+		size_t rs1 = rs0 + (e - u) < sets ? rs0 + (e - u) : sets;
+		ds_act a = heads_act(j, h);
 
-		/* a tile of up to 16 rows at a time: y's heads are strided */
-		for (t = 0; t < j->t; t += 16) {
-			size_t nt = j->t - t < 16 ? j->t - t : 16, r, nv = v.n < DS_ROWSET ? v.n : DS_ROWSET;
-			ds_act at = ds_act_rows(&a, t, nt);
+		for (t0 = 0; t0 < j->t; t0 += HEAD_TB) {
+			size_t nt = j->t - t0 < HEAD_TB ? j->t - t0 : HEAD_TB;
+			ds_act at = ds_act_rows(&a, t0, nt);
 
-			j->c->kern->mm[v.type.dt](&v, &at, tile, DS_ROWSET, 0, 1);
-			for (r = 0; r < nt; r++)
-				memcpy(j->y + (t + r) * j->ldy + h * j->hsy + rs * DS_ROWSET,
-				       tile + r * DS_ROWSET, nv * sizeof(float));
+			j->c->kern->mm[w0->type.dt](&p->w[h], &at,
+						    p->y + t0 * p->ldy + h * p->hsy,
+						    p->ldy, rs0, rs1);
 		}
+		u += rs1 - rs0;
 	}
 }
 
-void ds_matmul_heads(ds_ctx *c, const ds_mat *w, size_t nh, const float *x,
-		     size_t ldx, size_t hsx, size_t t, float *y, size_t ldy,
-		     size_t hsy)
+void ds_matmul_heads(ds_ctx *c, const ds_heads *p, size_t t)
 {
-	struct heads_job j = { c, w, nh, t, ldx, hsx, ldy, hsy, x, y };
+	struct heads_job j = { .c = c, .p = p, .t = t, .need = need_of(p->w[0].type) };
 	size_t h;
 
-	DS_ASSERT(nh * t <= c->heads.rows && w[0].kp <= c->heads.ldq);
-	for (h = 1; h < nh; h++)
-		DS_ASSERT(w[h].type.dt == w[0].type.dt && w[h].type.group == w[0].type.group &&
-			  w[h].n == w[0].n && w[h].k == w[0].k);
+	DS_ASSERT((j.need & NEED_F) ||
+		  (p->nh * t <= c->heads.rows && p->w[0].kp <= c->heads.ldq));
+	for (h = 1; h < p->nh; h++)
+		DS_ASSERT(p->w[h].type.dt == p->w[0].type.dt &&
+			  p->w[h].type.group == p->w[0].type.group &&
+			  p->w[h].n == p->w[0].n && p->w[h].k == p->w[0].k);
 	ops_run(c, heads_fn, &j);
 }
 
@@ -650,18 +668,6 @@ void ds_ffn_gate_up(ds_ctx *c, const ds_mat *gate, const ds_mat *up,
 	}
 }
 
-/* Rows of ds_ffn's hidden layer at a time: one block of down's rows
- * (ops_tb), so the hidden rows stay small (TinyLlama's prefill of 512
- * held 11.5 MB of them) and down still reads its weights once per block.
- * c->h holds ops_ffn_rows(c, NULL) rows of cfg.max_ff floats: a narrower
- * down (a shared expert beside a dense layer) takes more rows of its own
- * width, as many as fit there (ffn_pass). */
-size_t ops_ffn_rows(const ds_ctx *c, const ds_mat *down)
-{
-	size_t r = ops_tb(c, down ? need_of(down->type) : NEED_Q, down ? down->kp : c->cfg.max_ff);
-
-	return r < c->cfg.max_rows ? r : c->cfg.max_rows;
-}
 
 /* Rows per pass of ds_ffn through down, whose hidden rows are ld apart. */
 static size_t ffn_pass(const ds_ctx *c, const ds_mat *down, size_t ld)

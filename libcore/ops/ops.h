@@ -47,7 +47,7 @@
 
 #include "format/hfconfig.h"
 #include "kernels/kernels.h"
-#include "runtime/threads.h"
+#include "pool/threads.h"
 #include "kernels/types.h"
 #include "base/util.h"
 
@@ -76,6 +76,9 @@ typedef struct ds_ctx_cfg {
 			       unused (MLA decode: tokens * n_head) */
 	size_t head_k;      /* ds_matmul_heads: widest per-head input, as kp
 			       (MLA: qk_nope_head_dim and kv_lora_rank) */
+	unsigned head_types; /* ds_matmul_heads: the weight types it takes
+				(bits as types; 0: types); f32 and f16
+				inputs are read where they are */
 } ds_ctx_cfg;
 
 /* Prepared activation rows (kernels.h ds_act): row r of q at q + r * ldq,
@@ -170,15 +173,29 @@ void ds_matmul(ds_ctx *c, const ds_mat *w, const float *x, size_t t, float *y);
  * threads in one job.  All matrices have the same k. */
 void ds_matmul_many(ds_ctx *c, const ds_in *in, const ds_mm_out *out, int n);
 
-/* Per-head products in one job (MLA decode: the absorbed query
- * q_c[h] = W_UK[h]^T q_nope[h] and the value projection o[h] =
- * W_UV[h] o_c[h]): y[t][h] = x[t][h] w[h]^T for h < nh, t < T, with
- * w[nh] matrices of one type and shape [n, k] (ds_mat_expert or
- * ds_mat_rows views); x[t][h] at x + t * ldx + h * hsx (k floats), y[t][h]
- * at y + t * ldy + h * hsy (n floats).  T * nh <= cfg.head_rows. */
-void ds_matmul_heads(ds_ctx *c, const ds_mat *w, size_t nh, const float *x,
-		     size_t ldx, size_t hsx, size_t t, float *y, size_t ldy,
-		     size_t hsy);
+/* Per-head products in one job (MLA: the absorbed query q_c[h] =
+ * W_UK[h]^T q_nope[h] and the value projection o[h] = W_UV[h] o_c[h]):
+ * y[t][h] = x[t][h] w[h]^T for h < nh and t < T, the w[h] of one type and
+ * shape [n, k] (ds_mat_expert or ds_mat_from_rowset views); x[t][h] at
+ * x + t * ldx + h * hsx (k floats), y[t][h] at y + t * ldy + h * hsy (n
+ * floats).  T * nh <= cfg.head_rows.
+ * side, where not NULL, runs on every thread of the same job before the
+ * products, as side(side_arg, ith, nth), beside the preparation of the
+ * inputs: work the caller needs done by the time the products are, that
+ * would otherwise cost a pool round trip of its own.  It must not touch
+ * the first n floats of y's heads nor the k inputs of x's. */
+typedef struct ds_heads {
+	const ds_mat *w;    /* [nh] */
+	size_t nh;
+	const float *x;
+	size_t ldx, hsx;
+	float *y;
+	size_t ldy, hsy;
+	ds_job_fn *side;
+	void *side_arg;
+} ds_heads;
+
+void ds_matmul_heads(ds_ctx *c, const ds_heads *p, size_t t);
 
 /* h [T][ldh] = silu(x W_gate^T) * (x W_up^T), gate and up [n_ff, k]:
  * both products of a row-set are combined in cache; ldh 0: n_ff.  One row

@@ -51,8 +51,18 @@ static inline size_t ops_tb(const ds_ctx *c, int need, size_t k)
 	return tb < u ? u : tb > TB_MAX ? TB_MAX : tb;
 }
 
-/* Rows of ds_ffn's hidden layer per pass for down (NULL: the most). */
-size_t ops_ffn_rows(const ds_ctx *c, const ds_mat *down);
+/* Rows of ds_ffn's hidden layer at a time: one block of down's rows
+ * (ops_tb), so the hidden rows stay small (TinyLlama's prefill of 512
+ * held 11.5 MB of them) and down still reads its weights once per block.
+ * c->h holds ops_ffn_rows(c, NULL) rows of cfg.max_ff floats: a narrower
+ * down (a shared expert beside a dense layer) takes more rows of its own
+ * width, as many as fit there (ffn_pass). */
+static inline size_t ops_ffn_rows(const ds_ctx *c, const ds_mat *down)
+{
+	size_t r = ops_tb(c, down ? need_of(down->type) : NEED_Q, down ? down->kp : c->cfg.max_ff);
+
+	return r < c->cfg.max_rows ? r : c->cfg.max_rows;
+}
 
 /* Per-thread scratch of thread ith (c->thr_bytes bytes, 64-aligned). */
 static inline void *ops_thr(const ds_ctx *c, int ith)

@@ -13,7 +13,7 @@
 #include "format/modelfile.h"
 #include "runtime/sched.h"
 #include "serve.h"
-#include "runtime/threads.h"
+#include "pool/threads.h"
 #include "tokenizer/tokenizer.h"
 
 #define DS_ENG_MAX_STOP_IDS 24

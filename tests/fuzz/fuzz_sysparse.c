@@ -5,7 +5,7 @@
  * print back to text that parses to the same set. */
 #include "fuzz.h"
 #include "host/sysinfo/sysinfo.h"
-#include "runtime/threads.h"
+#include "pool/threads.h"
 
 static void cpulist(const char *s)
 {

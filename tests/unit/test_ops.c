@@ -528,8 +528,10 @@ static void test_heads(void)
 			}
 			for (p = 0; p < 2; p++) {
 				ds_mat *v = p ? v2 : v3;
+				ds_heads hd = { .w = v, .nh = nh, .x = x, .ldx = ldx, .hsx = k,
+						.y = y, .ldy = ldy, .hsy = n };
 
-				ds_matmul_heads(&ctxs[p], v, nh, x, ldx, k, t, y, ldy, n);
+				ds_matmul_heads(&ctxs[p], &hd, t);
 				for (h = 0; h < nh; h++) {
 					for (i = 0; i < t; i++)
 						memcpy(xh + i * k, x + i * ldx + h * k, k * 4);

@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "runtime/threads.h"
+#include "pool/threads.h"
 
 struct count_job {
 	_Atomic int calls[8];

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "sysinfo.h"
-#include "runtime/threads.h"
+#include "pool/threads.h"
 
 /* ---- set operations ------------------------------------------------------- */
 

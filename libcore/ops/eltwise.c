@@ -1,0 +1,85 @@
+/*
+ * eltwise.c - the element-wise and row ops: RMSNorm, add, bias, softmax.
+ */
+#include "ops_int.h"
+
+/* ---- element-wise ----------------------------------------------------------------- */
+
+struct ew {
+	ds_ctx *c;
+	const float *a, *b, *w;
+	float *y;
+	size_t lda, ldy, n;
+	float eps;
+};
+
+static void norm_rows(void *arg, size_t r0, size_t r1, int ith)
+{
+	struct ew *e = arg;
+	size_t r;
+
+	(void)ith;
+	for (r = r0; r < r1; r++)
+		e->c->kern->rmsnorm(e->a + r * e->lda, e->w, e->n, e->eps, e->y + r * e->ldy);
+}
+
+void ds_rmsnorm(ds_ctx *c, const float *x, size_t ldx, const float *w,
+		float eps, size_t t, size_t n, float *y, size_t ldy)
+{
+	struct ew e = { c, x, NULL, w, y, ldx ? ldx : n, ldy ? ldy : n, n, eps };
+
+	ops_rows(c, t, n, norm_rows, &e);
+}
+
+#define SLICE 4096
+
+static void add_rows(void *arg, size_t r0, size_t r1, int ith)
+{
+	struct ew *e = arg;
+	size_t i0 = r0 * SLICE, i1 = r1 * SLICE < e->n ? r1 * SLICE : e->n;
+
+	(void)ith;
+	e->c->kern->add(e->a + i0, e->b + i0, i1 - i0, e->y + i0);
+}
+
+void ds_add(ds_ctx *c, const float *a, const float *b, size_t n, float *y)
+{
+	struct ew e = { c, a, b, NULL, y, 0, 0, n, 0 };
+
+	ops_rows(c, (n + SLICE - 1) / SLICE, SLICE, add_rows, &e);
+}
+
+static void bias_rows(void *arg, size_t r0, size_t r1, int ith)
+{
+	struct ew *e = arg;
+	size_t r;
+
+	(void)ith;
+	for (r = r0; r < r1; r++)
+		e->c->kern->add(e->y + r * e->ldy, e->b, e->n, e->y + r * e->ldy);
+}
+
+void ds_add_bias(ds_ctx *c, float *y, size_t ldy, size_t t, const float *bias,
+		 size_t n)
+{
+	struct ew e = { c, NULL, bias, NULL, y, 0, ldy ? ldy : n, n, 0 };
+
+	ops_rows(c, t, n, bias_rows, &e);
+}
+
+static void softmax_rows(void *arg, size_t r0, size_t r1, int ith)
+{
+	struct ew *e = arg;
+	size_t r;
+
+	(void)ith;
+	for (r = r0; r < r1; r++)
+		e->c->kern->softmax(e->y + r * e->ldy, e->n);
+}
+
+void ds_softmax(ds_ctx *c, float *x, size_t ld, size_t t, size_t n)
+{
+	struct ew e = { c, NULL, NULL, NULL, x, 0, ld ? ld : n, n, 0 };
+
+	ops_rows(c, t, 4 * n, softmax_rows, &e);
+}
