@@ -3,8 +3,8 @@
 
 A module other scripts import (scripts/gen-fixture.py, scripts/ref/,
 tests).  Every function below is part of its stable interface; the facts
-they encode come from docs/spec/safetensors.md, awq.md, gptq.md and
-deepseek_arch.md.  Orientation: W is an nn.Linear weight [N, K] (out, in)
+they encode come from docs/formats/safetensors.md, awq.md, gptq.md and
+docs/deepseek.md.  Orientation: W is an nn.Linear weight [N, K] (out, in)
 unless a name says otherwise.
 
 safetensors
@@ -163,7 +163,7 @@ def read_safetensors(path):
 
 
 # ----------------------------------------------------------------------------
-# AWQ GEMM (docs/spec/awq.md §1)
+# AWQ GEMM (docs/formats/awq.md §1)
 
 AWQ_ORDER = [0, 2, 4, 6, 1, 3, 5, 7]
 
@@ -230,7 +230,7 @@ def awq_dequant(qweight, qzeros, scales, group):
 
 
 # ----------------------------------------------------------------------------
-# GPTQ (docs/spec/gptq.md)
+# GPTQ (docs/formats/gptq.md)
 
 
 def gptq_quantize(W, bits, group, sym, order=None):

@@ -96,7 +96,7 @@ CONFIG = {
     "vocab_size": VOCAB,
 }
 
-# DeepSeek-V2-Chat's template structure (deepseek_arch.md §8), written afresh.
+# DeepSeek-V2-Chat's template structure (docs/deepseek.md §8), written afresh.
 CHAT_TEMPLATE = (
     "{% if not add_generation_prompt is defined %}{% set add_generation_prompt = false %}{% endif %}"
     "{{ bos_token }}"

@@ -15,7 +15,7 @@
 /* ---- the shapes ------------------------------------------------------------------------
  * The published config.json values of each model (Hugging Face
  * deepseek-ai/ and TinyLlama/ repositories; the DeepSeek ones as in
- * docs/spec/deepseek_arch.md section 3). */
+ * docs/deepseek.md section 3). */
 
 #define YARN_707 "\"rope_scaling\": {\"type\": \"yarn\", \"factor\": 40, " \
 	"\"original_max_position_embeddings\": 4096, \"beta_fast\": 32, "  \

@@ -1,4 +1,4 @@
-/* safetensors.c - strict safetensors reader (docs/spec/safetensors.md). */
+/* safetensors.c - strict safetensors reader (docs/formats/safetensors.md). */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>

@@ -3,7 +3,7 @@
  * single-file and sharded (model.safetensors.index.json).
  *
  * Every file is mapped read-only and its header validated completely before
- * any tensor is handed out (docs/spec/safetensors.md §5, plus the stricter
+ * any tensor is handed out (docs/formats/safetensors.md §5, plus the stricter
  * checks of its checklist): header length <= 100000000 and inside the file,
  * a JSON object starting with '{' with only spaces after it, no duplicate
  * keys, known dtypes, integer shapes and offsets, tensors contiguous from 0

@@ -16,7 +16,7 @@ static void ffn_dense(ds_fwd *f, const ds_layer *L, size_t T)
 }
 
 /* x += sum_(e in topk) w_e FFN_e(h) + FFN_shared(h)
- * (docs/spec/deepseek_arch.md section 7; the router in fp32) */
+ * (docs/deepseek.md section 7; the router in fp32) */
 static void ffn_moe(ds_fwd *f, const ds_layer *L, size_t T)
 {
 	const ds_hparams *hp = f->hp;

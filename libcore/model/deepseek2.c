@@ -1,7 +1,7 @@
 /*
  * deepseek2.c - the DeepSeek-V2 / V2-Lite / V2.5 / V3 / R1 forward pass:
  * multi-head latent attention (MLA) and, past the first first_k_dense
- * layers, mixture-of-experts FFNs (docs/spec/deepseek_arch.md 5-7).
+ * layers, mixture-of-experts FFNs (docs/deepseek.md 5-7).
  *
  *   h    = RMSNorm(x; attn_norm)
  *   q    = h Wq^T                                   (V2-Lite: rq = 0)

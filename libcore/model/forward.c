@@ -137,7 +137,7 @@ static int bind_all(ds_fwd *f, ds_err *err)
 /* The RoPE of the model: the whole head (llama, qwen2) or the rope part
  * of it (deepseek2), with the scaling of model.meta; and the softmax
  * scale: 1/sqrt(d_qk), times YaRN's mscale(factor, mscale_all_dim)^2 for
- * DeepSeek (docs/spec/deepseek_arch.md 4.3; the GQA models' YaRN, as
+ * DeepSeek (docs/deepseek.md 4.3; the GQA models' YaRN, as
  * Hugging Face applies it, scales only cos and sin). */
 int ds_fwd_rope_init(const ds_hparams *hp, ds_rope *r, double *scale,
 		     ds_err *err)

@@ -11,7 +11,7 @@
  *                  (kv_lora_rank values) followed by the roped key k_pe
  *                  (qk_rope_head_dim values), one 576-value row per layer
  *                  for V2/V3; V is a view of the row's first kv_lora_rank
- *                  values (docs/spec/deepseek_arch.md section 6)
+ *                  values (docs/deepseek.md section 6)
  *
  * Values are stored as f16 by default, or f32, bf16, q8 (blocks of 32
  * values with one scale: kernels.h ds_kvtype).  The memory is one anonymous

@@ -1,6 +1,6 @@
 /*
  * mla.c - multi-head latent attention in the absorbed form, over the
- * compressed cache (docs/spec/deepseek_arch.md section 6):
+ * compressed cache (docs/deepseek.md section 6):
  *
  *   q_c[t][h] = W_UK[h]^T q_nope[t][h]                    (rkv)
  *   s[t][h](p) = scale (q_c[t][h] . c_n(p) + q_pe[t][h] . k_pe(p))

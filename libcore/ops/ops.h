@@ -330,7 +330,7 @@ void ds_attention_rows(ds_ctx *c, const ds_attn *a, const ds_attn_rows *in,
  * index: idx[k] and (if val) val[k].  k <= n. */
 void ds_topk(const float *x, size_t n, size_t k, int32_t *idx, float *val);
 
-/* The DeepSeek MoE router (docs/spec/deepseek_arch.md section 7). */
+/* The DeepSeek MoE router (docs/deepseek.md section 7). */
 enum ds_route_score { DS_ROUTE_SOFTMAX, DS_ROUTE_SIGMOID };
 enum ds_route_method {
 	DS_ROUTE_GREEDY,              /* top-k of the scores */

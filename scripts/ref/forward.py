@@ -3,7 +3,7 @@
 deepseek_v2, deepseek_v3), written from the published modeling semantics
 (DeepSeek's remote modeling_deepseek.py, DeepSeek-V3 inference/model.py,
 transformers' llama/qwen2/deepseek_v2/deepseek_v3) as summarised in
-docs/spec/deepseek_arch.md, awq.md, gptq.md and safetensors.md.
+docs/deepseek.md, docs/formats/awq.md, gptq.md and safetensors.md.
 
 Reads a Hugging Face checkpoint directory (config.json + *.safetensors, sharded
 or not; BF16/F16/F32 or AWQ-GEMM / GPTQ INT4 dequantized to float) and writes
@@ -30,7 +30,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 # ----------------------------------------------------------------------------
-# safetensors (docs/spec/safetensors.md)
+# safetensors (docs/formats/safetensors.md)
 
 _NP_DTYPES = {
     "F64": np.float64, "F32": np.float32, "F16": np.float16,
@@ -119,7 +119,7 @@ def load_checkpoint(d):
 
 
 # ----------------------------------------------------------------------------
-# dequantization (docs/spec/awq.md §1, gptq.md §1-4)
+# dequantization (docs/formats/awq.md §1, gptq.md §1-4)
 
 AWQ_ORDER = [0, 2, 4, 6, 1, 3, 5, 7]   # nibble slot i holds column 8c + AWQ_ORDER[i]
 
@@ -208,7 +208,7 @@ def dequantize_all(tensors, qc):
 
 
 # ----------------------------------------------------------------------------
-# rotary embeddings (deepseek_arch.md §4, §9)
+# rotary embeddings (docs/deepseek.md §4, §9)
 
 def yarn_get_mscale(scale, m):
     return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
@@ -306,7 +306,7 @@ class MLP(nn.Module):
 
 
 class Gate(nn.Module):
-    """DeepSeek MoE router (deepseek_arch.md §7)."""
+    """DeepSeek MoE router (docs/deepseek.md §7)."""
 
     def __init__(self, cfg, H):
         super().__init__()
@@ -414,7 +414,7 @@ def _causal_softmax(scores):
 
 
 class MLA(nn.Module):
-    """DeepSeek multi-head latent attention (deepseek_arch.md §5, §6)."""
+    """DeepSeek multi-head latent attention (docs/deepseek.md §5, §6)."""
 
     def __init__(self, cfg):
         super().__init__()

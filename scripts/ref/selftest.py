@@ -30,7 +30,7 @@ def check(ok, what):
     print("%s %d - %s" % ("ok" if ok else "not ok", _n, what))
 
 
-# --- YaRN constants of the released configs (deepseek_arch.md §4.2, §4.3)
+# --- YaRN constants of the released configs (docs/deepseek.md §4.2, §4.3)
 
 def t_yarn_constants():
     d, base, L0 = 64, 10000.0, 4096

@@ -2,7 +2,7 @@
  * test_forward.c - the forward passes (forward.h) on tiny random models of
  * every architecture and weight type:
  *   - RoPE tables and softmax scales against the numbers of
- *     docs/spec/deepseek_arch.md (YaRN V2/V3, llama3);
+ *     docs/deepseek.md (YaRN V2/V3, llama3);
  *   - one batch of a whole prompt vs one token per batch vs chunks;
  *   - several sequences interleaved in one batch vs each alone;
  *   - 1 thread vs 2 (bit-exact), the scalar kernels vs the fastest;
@@ -138,7 +138,7 @@ static double max_diff(const float *a, const float *b, size_t n)
 	return m;
 }
 
-/* ---- RoPE tables and softmax scales (spec section 4) ------------------------------- */
+/* ---- RoPE tables and softmax scales (docs/deepseek.md section 4) ------------------- */
 
 static void yarn_hp(ds_hparams *hp, double mscale)
 {

@@ -6,7 +6,7 @@
 #include "harness.h"
 #include "format/hfconfig.h"
 
-/* DeepSeek-V2-Lite's published values (docs/spec/deepseek_arch.md §3). */
+/* DeepSeek-V2-Lite's published values (docs/deepseek.md §3). */
 static const char *v2_lite =
 	"{\"model_type\":\"deepseek_v2\",\"vocab_size\":102400,\"hidden_size\":2048,"
 	"\"num_hidden_layers\":27,\"num_attention_heads\":16,"

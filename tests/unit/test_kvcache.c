@@ -1,5 +1,5 @@
 /*
- * test_kvcache.c - cache sizes against the spec's numbers (MLA: 576
+ * test_kvcache.c - cache sizes against docs/deepseek.md section 6 (MLA: 576
  * values per token per layer, 70,272 bytes per token for V3 in 16 bits),
  * the per-slot views (MLA's V inside its K rows), types, and cutting a
  * slot.
@@ -38,7 +38,7 @@ static void test_sizes(void)
 	ds_err err;
 
 	v3(&hp);
-	/* docs/spec/deepseek_arch.md section 6: 1152 B/token/layer in bf16 */
+	/* docs/deepseek.md section 6: 1152 B/token/layer in bf16 */
 	T_CHECK(ds_kvcache_size(&hp, 1, 1, DS_KV_BF16, &b, &err) == 0);
 	T_CHECK(b == 70272 + 4096 - 70272 % 4096 || b == 70272);
 	T_CHECK(ds_kvcache_size(&hp, 1, 4096, DS_KV_F16, &b, &err) == 0 &&

@@ -760,7 +760,7 @@ static void test_rope_tables(void)
 	l3.rope_scaling.low_freq_factor = 1;
 	l3.rope_scaling.high_freq_factor = 4;
 	/* DeepSeek YaRN: pairs 0-10 keep their frequency, 23-31 are divided
-	 * by the factor, 11-22 are blended (docs/spec/deepseek_arch.md 4.2) */
+	 * by the factor, 11-22 are blended (docs/deepseek.md 4.2) */
 	T_CHECK(ds_rope_init(&r, &y, 64, &err) == 0);
 	T_CHECK(r.style == DS_ROPE_INTERLEAVED && r.dim == 64);
 	for (i = 0; i < 32; i++) {

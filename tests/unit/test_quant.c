@@ -1,7 +1,7 @@
 /*
  * test_quant.c - AWQ / GPTQ re-packing and RTN quantization.
  *
- * The packers here are written from docs/spec/awq.md and gptq.md (what
+ * The packers here are written from docs/formats/awq.md and gptq.md (what
  * AutoAWQ's WQLinear_GEMM.from_linear and AutoGPTQ's QuantLinear.pack do),
  * independently of libcore/quant.  Random integers q, z and fp16 scales
  * are packed, re-packed by the library, and every weight read back with

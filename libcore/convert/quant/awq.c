@@ -1,4 +1,4 @@
-/* awq.c - AutoAWQ GEMM packing -> q4gG row-sets (docs/spec/awq.md §1). */
+/* awq.c - AutoAWQ GEMM packing -> q4gG row-sets (docs/formats/awq.md §1). */
 #include <stdlib.h>
 #include <string.h>
 

@@ -1,4 +1,4 @@
-/* gptq.c - AutoGPTQ / GPTQModel packing -> q4gG / q8gG (docs/spec/gptq.md). */
+/* gptq.c - AutoGPTQ / GPTQModel packing -> q4gG / q8gG (docs/formats/gptq.md). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

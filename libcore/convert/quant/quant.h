@@ -3,7 +3,7 @@
  * GPTQModel) and re-packing weights into the runtime types of
  * kernels/types.h; round-to-nearest quantization of float weights.
  *
- * Source layouts (docs/spec/awq.md, gptq.md), for a linear layer y = x W^T
+ * Source layouts (docs/formats/awq.md, gptq.md), for a linear layer y = x W^T
  * with K inputs, N outputs, group size g, G groups:
  *   AWQ GEMM  qweight I32 [K, N/8] (nibble i of word c = column 8c +
  *             {0,2,4,6,1,3,5,7}[i]), qzeros I32 [G, N/8] (same order),
