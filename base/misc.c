@@ -1,6 +1,9 @@
 /* misc.c - CRC-32, clocks, number parsing, half-precision conversion. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stdio.h>
+#include <sys/resource.h>
+#include <unistd.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,4 +121,55 @@ uint16_t ds_f32_to_bf16(float f)
 		return (uint16_t)((v.u >> 16) | 0x40); /* quiet NaN */
 	v.u += 0x7fff + ((v.u >> 16) & 1);
 	return (uint16_t)(v.u >> 16);
+}
+
+int ds_grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+	size_t c = *cap ? *cap : 16;
+	void *n;
+
+	if (need <= *cap)
+		return 0;
+	while (c < need && c <= SIZE_MAX / 2)
+		c *= 2;
+	if (c < need || c > SIZE_MAX / elem || (n = realloc(*p, c * elem)) == NULL)
+		return -1;
+	*p = n;
+	*cap = c;
+	return 0;
+}
+
+double ds_rss_mib(void)
+{
+	long pages = 0, resident = 0;
+	FILE *f = fopen("/proc/self/statm", "r");
+
+	if (f == NULL)
+		return 0;
+	if (fscanf(f, "%ld %ld", &pages, &resident) != 2)
+		resident = 0;
+	fclose(f);
+	return (double)resident * (double)sysconf(_SC_PAGESIZE) / (1 << 20);
+}
+
+double ds_rss_peak_mib(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	double kib = 0;
+
+	while (f != NULL && fgets(line, sizeof line, f) != NULL)
+		if (strncmp(line, "VmHWM:", 6) == 0) {
+			kib = strtod(line + 6, NULL);
+			break;
+		}
+	if (f != NULL)
+		fclose(f);
+	if (kib <= 0) {
+		struct rusage ru;
+
+		if (getrusage(RUSAGE_SELF, &ru) == 0)
+			kib = (double)ru.ru_maxrss;
+	}
+	return kib / 1024;
 }

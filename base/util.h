@@ -68,6 +68,9 @@ static inline uint64_t ds_xorshift64s(uint64_t *s)
 /* Allocation that fails cleanly: returns NULL and sets err on failure or
  * on n*size overflow.  Memory is zeroed. */
 void *ds_calloc(size_t n, size_t size, ds_err *err);
+/* Grow *p (an array of *cap elements of elem bytes) to hold at least
+ * need, doubling; -1 (nothing changed) when out of memory or overflow. */
+int ds_grow(void **p, size_t *cap, size_t need, size_t elem);
 /* Aligned (to `align`, a power of two >= sizeof(void*)), zeroed; free(). */
 void *ds_aligned_alloc(size_t align, size_t size, ds_err *err);
 
@@ -140,6 +143,10 @@ uint32_t ds_crc32(uint32_t crc, const void *buf, size_t len);
 
 uint64_t ds_now_ns(void);   /* CLOCK_MONOTONIC */
 double ds_now_s(void);
+
+/* This process's resident set, MiB: now, and its peak (VmHWM). */
+double ds_rss_mib(void);
+double ds_rss_peak_mib(void);
 
 /* ---- progress (stderr bar when a tty, one summary line otherwise) ------- */
 

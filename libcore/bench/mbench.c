@@ -46,28 +46,6 @@ int ds_model_params(const ds_hparams *hp, uint64_t *total, uint64_t *active,
 	return 0;
 }
 
-double ds_rss_peak_mib(void)
-{
-	FILE *f = fopen("/proc/self/status", "r");
-	char line[256];
-	double kib = 0;
-
-	while (f != NULL && fgets(line, sizeof line, f) != NULL)
-		if (strncmp(line, "VmHWM:", 6) == 0) {
-			kib = strtod(line + 6, NULL);
-			break;
-		}
-	if (f != NULL)
-		fclose(f);
-	if (kib <= 0) {
-		struct rusage ru;
-
-		if (getrusage(RUSAGE_SELF, &ru) == 0)
-			kib = (double)ru.ru_maxrss;
-	}
-	return kib / 1024;
-}
-
 /* Start the peak RSS afresh (Linux 4.0+: "5" to clear_refs), so that it
  * leaves out the probe's buffer, freed by now. */
 static void reset_peak_rss(void)

@@ -106,7 +106,5 @@ typedef struct ds_mbench_opts {
 int ds_mbench_run(const ds_mbench_opts *o, ds_mbench_emit *emit, void *arg,
 		  ds_err *err);
 
-/* Peak resident set size of this process (VmHWM), MiB. */
-double ds_rss_peak_mib(void);
 
 #endif
