@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/json.h"
 #include "serve.h"
 
 int ds_api_fail(ds_api_err *e, int status, const char *param,
@@ -588,75 +589,9 @@ int ds_api_parse_detokenize(int32_t **ids, size_t *n, const char *body,
 
 /* ---- answers ------------------------------------------------------------------------------------ */
 
-/* The valid UTF-8 sequence at s (n bytes left): its length, or 0 with
- * *bad the length of the maximal subpart to replace by one U+FFFD (at
- * least 1), as the Unicode standard recommends (chapter 3, "U+FFFD
- * Substitution of Maximal Subparts") and WHATWG's decoder does. */
-static size_t utf8_seq(const unsigned char *s, size_t n, size_t *bad)
-{
-	unsigned char lo = 0x80, hi = 0xbf;
-	size_t len, i;
-
-	*bad = 1;
-	if (s[0] < 0x80)
-		return 1;
-	if (s[0] >= 0xc2 && s[0] <= 0xdf)
-		len = 2;
-	else if (s[0] >= 0xe0 && s[0] <= 0xef)
-		len = 3, lo = s[0] == 0xe0 ? 0xa0 : 0x80, hi = s[0] == 0xed ? 0x9f : 0xbf;
-	else if (s[0] >= 0xf0 && s[0] <= 0xf4)
-		len = 4, lo = s[0] == 0xf0 ? 0x90 : 0x80, hi = s[0] == 0xf4 ? 0x8f : 0xbf;
-	else
-		return 0;
-	for (i = 1; i < len; i++) {
-		if (i >= n || s[i] < lo || s[i] > hi) {
-			*bad = i;
-			return 0;
-		}
-		lo = 0x80;
-		hi = 0xbf;
-	}
-	return len;
-}
-
-char *ds_api_utf8(const char *s, size_t n, size_t *out_len)
-{
-	const unsigned char *p = (const unsigned char *)s;
-	char *o = malloc(n * 3 + 1), *q = o;
-	size_t i = 0;
-
-	if (o == NULL)
-		return NULL;
-	while (i < n) {
-		size_t bad, l = utf8_seq(p + i, n - i, &bad);
-
-		if (l == 0) {
-			memcpy(q, "\xef\xbf\xbd", 3);
-			q += 3;
-			i += bad;
-		} else {
-			memcpy(q, p + i, l);
-			q += l;
-			i += l;
-		}
-	}
-	*q = '\0';
-	if (out_len)
-		*out_len = (size_t)(q - o);
-	return o;
-}
-
 static json_t *text_json(const ds_api_out *o)
 {
-	size_t n;
-	char *t = ds_api_utf8(o->text ? o->text : "", o->text ? o->n_text : 0, &n);
-	json_t *j;
-
-	if (t == NULL)
-		return NULL;
-	j = json_stringn(t, n);
-	free(t);
-	return j;
+	return ds_json_text(o->text, o->text ? o->n_text : 0);
 }
 
 static json_t *usage_json(const ds_api_out *o)
@@ -766,7 +701,7 @@ char *ds_api_chunk(const ds_api_out *o, enum ds_api_chunk what, size_t *len)
 
 char *ds_api_error_json(const ds_api_err *e)
 {
-	char *m = ds_api_utf8(e->msg, strlen(e->msg), NULL);
+	char *m = ds_utf8_repair(e->msg, strlen(e->msg), NULL);
 	json_t *j;
 
 	if (m == NULL)

@@ -31,127 +31,35 @@ static void logf_(const ds_eng *e, const char *fmt, ...)
 
 /* ---- loading ------------------------------------------------------------------------ */
 
-/* DIR/tokenizer.bin: answers are text, so the tokenizer is needed. */
-static int load_tokenizer(ds_eng *e, ds_err *err)
-{
-	char *p = ds_path_join(e->o->model_dir, "tokenizer.bin");
-	int rc;
-
-	if (p == NULL)
-		return ds_errf(err, "out of memory");
-	if (access(p, F_OK) != 0)
-		rc = ds_errf(err, "%s: no tokenizer (ds-serve needs the model's "
-			     "tokenizer: convert it with ds-convert)", p);
-	else
-		rc = ds_tok_load(&e->tok, p, err);
-	free(p);
-	return rc;
-}
-
-static void add_stop_id(ds_eng *e, int64_t id)
-{
-	size_t i;
-
-	if (id < 0 || id >= e->n_vocab || e->n_stop_ids >= DS_ENG_MAX_STOP_IDS)
-		return;
-	for (i = 0; i < e->n_stop_ids; i++)
-		if (e->stop_ids[i] == id)
-			return;
-	e->stop_ids[e->n_stop_ids++] = (int32_t)id;
-}
-
-static void piece_str(const ds_tok *t, int32_t id, char *out, size_t cap)
-{
-	const char *p;
-	size_t l;
-
-	out[0] = '\0';
-	if (id >= 0 && (p = ds_tok_piece(t, id, &l)) != NULL && l < cap) {
-		memcpy(out, p, l);
-		out[l] = '\0';
-	}
-}
-
-/* End tokens, and the chat template: model.meta's, else the tokenizer's.
- * A model without one answers chat requests 400. */
-static void stops_and_template(ds_eng *e)
-{
-	const json_t *ct = json_object_get(e->m.meta, "chat_template");
-	const char *name = json_is_string(ct) ? json_string_value(ct) : NULL;
-	ds_tok_info ti;
-	uint32_t i;
-
-	ds_tok_get_info(e->tok, &ti);
-	for (i = 0; i < e->m.hp.n_eos; i++)
-		add_stop_id(e, e->m.hp.eos_ids[i]);
-	add_stop_id(e, ti.eos);
-	add_stop_id(e, ti.eot);
-	piece_str(e->tok, ti.bos, e->bos, sizeof e->bos);
-	piece_str(e->tok, ti.eos, e->eos, sizeof e->eos);
-	if (name == NULL && ti.chat_template && ti.chat_template[0])
-		name = ti.chat_template;
-	e->turn_end = -1;
-	if (name == NULL || ds_chat_parse(name, &e->tmpl, NULL) != 0)
-		return;
-	e->have_tmpl = 1;
-	if (ds_chat_end_marker(e->tmpl) != NULL) {
-		const char *mk = ds_chat_end_marker(e->tmpl);
-
-		e->turn_end = ds_tok_piece_id(e->tok, mk, strlen(mk));
-	}
-}
-
-static int load_model(ds_eng *e, ds_err *err)
-{
-	const ds_srv_opts *o = e->o;
-	ds_load_opts lo = { .hugepages = o->hugepages };
-	char warn[256];
-	int rc;
-
-	if (o->numa && ds_numa_parse(o->numa, &lo.numa, err))
-		return -1;
-	rc = ds_model_open(&e->m, e->pool, o->model_dir, &lo, &e->pl, warn,
-			   sizeof warn, err);
-	e->have_model = 1; /* freeable whatever the outcome */
-	if (rc == 0 && warn[0])
-		logf_(e, "warning: --hugepages: %s", warn);
-	return rc;
-}
-
 static void *driver(void *arg)
 {
 	ds_eng *e = arg;
 	ds_err err;
 
-	while (ds_sched_wait(e->sched))
-		if (ds_sched_step(e->sched, &err) < 0)
+	while (ds_sched_wait(e->s.sched))
+		if (ds_sched_step(e->s.sched, &err) < 0)
 			logf_(e, "forward pass failed: %s", err.msg);
 	return NULL;
 }
 
 int ds_eng_load(ds_eng *e, const ds_srv_opts *o, ds_metrics *mt, ds_err *err)
 {
-	ds_pool_opts po = { o->threads, o->cpus, 0 };
-	ds_fwd_opts fo = { 0 };
-	uint32_t train;
+	ds_session_opts so = {
+		.dir = o->model_dir, .threads = o->threads, .cpus = o->cpus,
+		.load = { .hugepages = o->hugepages }, .ctx_size = o->ctx_size,
+		.slots = o->parallel, .kv_type = DS_KV_F16, .tok = DS_SESS_TOK_NEED,
+		.tok_why = "ds-serve needs",
+	};
 
 	e->o = o;
 	e->metrics = mt;
-	if (ds_pool_init(&e->pool, &po, err) || load_model(e, err) ||
-	    load_tokenizer(e, err))
+	if (o->numa && ds_numa_parse(o->numa, &so.load.numa, err))
 		return -1;
-	e->n_vocab = e->m.hp.n_vocab;
-	train = e->m.hp.n_ctx_train;
-	e->n_ctx = o->ctx_size ? o->ctx_size : train && train < 4096 ? train : 4096;
-	stops_and_template(e);
-	fo.max_batch = o->parallel + 1 > 256 ? o->parallel + 1 : 256;
-	if (ds_fwd_init(&e->fwd, &e->m, e->pool, &fo, err) ||
-	    ds_kvcache_init(&e->kv, &e->m.hp, o->parallel, e->n_ctx, DS_KV_F16,
-			    err))
+	e->have_s = 1;      /* closable whatever the outcome */
+	if (ds_session_open(&e->s, &so, err))
 		return -1;
-	e->have_kv = 1;
-	if (ds_sched_init(&e->sched, e->fwd, &e->kv, NULL, err))
-		return -1;
+	if (e->s.warn[0])
+		logf_(e, "warning: --hugepages: %s", e->s.warn);
 	e->limit = (size_t)o->parallel + o->queue;
 	if (pthread_create(&e->driver, NULL, driver, e) != 0)
 		return ds_errf(err, "cannot start the scheduler thread");
@@ -162,109 +70,76 @@ int ds_eng_load(ds_eng *e, const ds_srv_opts *o, ds_metrics *mt, ds_err *err)
 void ds_eng_stop(ds_eng *e)
 {
 	if (e->driver_on) {
-		ds_sched_stop(e->sched);
+		ds_sched_stop(e->s.sched);
 		pthread_join(e->driver, NULL);
 		e->driver_on = 0;
 	}
 	pthread_mutex_lock(&e->smu);
-	ds_sched_free(e->sched);    /* on_done(cancelled) for what is left */
-	e->sched = NULL;
+	ds_sched_free(e->s.sched);  /* on_done(cancelled) for what is left */
+	e->s.sched = NULL;
 	pthread_mutex_unlock(&e->smu);
 }
 
 void ds_eng_free(ds_eng *e)
 {
 	ds_eng_stop(e);
-	if (e->have_kv)
-		ds_kvcache_free(&e->kv);
-	ds_fwd_free(e->fwd);
-	if (e->tok)
-		ds_tok_free(e->tok);
-	if (e->have_model)
-		ds_model_free(&e->m);
-	ds_placement_free(&e->pl);
-	if (e->pool)
-		ds_pool_free(e->pool);
-	e->have_kv = e->have_model = 0;
-	e->fwd = NULL;
-	e->tok = NULL;
-	e->pool = NULL;
+	if (e->have_s)
+		ds_session_close(&e->s);
+	e->have_s = 0;
 }
 
 void ds_eng_counts(ds_eng *e, size_t *queued, size_t *running)
 {
 	*queued = *running = 0;
 	pthread_mutex_lock(&e->smu);
-	if (e->sched)
-		ds_sched_counts(e->sched, queued, running);
+	if (e->s.sched)
+		ds_sched_counts(e->s.sched, queued, running);
 	pthread_mutex_unlock(&e->smu);
 }
 
 /* ---- prompts ----------------------------------------------------------------------------- */
 
-static int encode(ds_eng *e, const char *text, unsigned flags, int32_t **ids,
-		  size_t *n, ds_api_err *ae)
+static int prompt_ids(ds_eng *e, const ds_api_req *r, ds_tok_ids *ids, ds_err *err)
 {
-	ds_tok_ids out = { 0 };
-	ds_err err;
-
-	if (ds_tok_encode(e->tok, text, strlen(text), flags, &out, &err)) {
-		ds_tok_ids_free(&out);
-		return ds_api_fail(ae, 400, NULL, "%s", err.msg);
-	}
-	*ids = out.v;
-	*n = out.n;
+	memset(ids, 0, sizeof *ids);
+	if (r->kind == DS_API_CHAT)
+		return ds_session_chat(&e->s, r->msgs, r->n_msgs, ids, err);
+	if (r->ids == NULL)
+		return ds_session_encode(&e->s, r->prompt, ids, err);
+	if (ds_grow((void **)&ids->v, &ids->cap, r->n_ids, sizeof *ids->v))
+		return ds_errf(err, "out of memory");
+	memcpy(ids->v, r->ids, r->n_ids * sizeof *ids->v);
+	ids->n = r->n_ids;
 	return 0;
 }
 
-static int render_chat(ds_eng *e, const ds_api_req *r, int32_t **ids,
-		       size_t *n, ds_api_err *ae)
-{
-	char *text;
-	ds_err err;
-	int rc;
-
-	if (!e->have_tmpl)
-		return ds_api_fail(ae, 400, "messages", "messages: the model names "
-				   "no chat template: use /v1/completions");
-	if (ds_chat_render(e->tmpl, r->msgs, r->n_msgs, 1, e->bos[0] ? e->bos : NULL,
-			   e->eos[0] ? e->eos : NULL, &text, &err))
-		return ds_api_fail(ae, 400, "messages", "messages: %s", err.msg);
-	rc = encode(e, text, DS_TOK_NO_BOS, ids, n, ae);   /* the template has it */
-	free(text);
-	return rc;
-}
-
-int ds_eng_prompt(ds_eng *e, const ds_api_req *r, int32_t **ids, size_t *n,
+int ds_eng_prompt(ds_eng *e, const ds_api_req *r, int32_t **out, size_t *n,
 		  ds_api_err *ae)
 {
 	const char *param = r->kind == DS_API_CHAT ? "messages" : "prompt";
-	int rc;
+	ds_tok_ids ids;
+	ds_err err;
+	int rc = 0;
 
-	*ids = NULL;
+	*out = NULL;
 	*n = 0;
-	if (r->kind == DS_API_CHAT) {
-		rc = render_chat(e, r, ids, n, ae);
-	} else if (r->ids != NULL) {
-		*ids = malloc(r->n_ids * sizeof **ids);
-		if (*ids == NULL)
-			return ds_api_fail(ae, 500, NULL, "out of memory");
-		memcpy(*ids, r->ids, r->n_ids * sizeof **ids);
-		*n = r->n_ids;
-		rc = 0;
-	} else {
-		rc = encode(e, r->prompt, 0, ids, n, ae);
-	}
-	if (rc == 0 && *n == 0)
+	if (r->kind == DS_API_CHAT && !e->s.have_tmpl)
+		return ds_api_fail(ae, 400, "messages", "messages: the model names "
+				   "no chat template: use /v1/completions");
+	if (prompt_ids(e, r, &ids, &err))
+		rc = ds_api_fail(ae, 400, param, "%s: %s", param, err.msg);
+	else if (ids.n == 0)
 		rc = ds_api_fail(ae, 400, param, "%s: no tokens", param);
-	else if (rc == 0 && *n > e->n_ctx)
+	else if (ids.n > e->s.n_ctx)
 		rc = ds_api_fail(ae, 400, param, "%s: %zu tokens, more than the "
-				 "context (%u)", param, *n, e->n_ctx);
+				 "context (%u)", param, ids.n, e->s.n_ctx);
 	if (rc) {
-		free(*ids);
-		*ids = NULL;
+		ds_tok_ids_free(&ids);
+		return -1;
 	}
-	return rc;
+	*out = ids.v;
+	*n = ids.n;
+	return 0;
 }
 
 int ds_eng_detok(ds_eng *e, const int32_t *ids, size_t n, ds_tok_text *out,
@@ -273,7 +148,7 @@ int ds_eng_detok(ds_eng *e, const int32_t *ids, size_t n, ds_tok_text *out,
 	ds_tok_stream ts;
 	size_t i;
 
-	ds_tok_stream_init(&ts, e->tok, 0);
+	ds_tok_stream_init(&ts, e->s.tok, 0);
 	for (i = 0; i < n; i++) {
 		size_t before = out->n;
 
@@ -348,44 +223,28 @@ static void append(ds_job *j, const char *s, size_t n, int32_t id)
 static int cb_token(void *u, int32_t t)
 {
 	ds_job *j = u;
-	ds_tok_text piece = { 0 };
-	char *shown = NULL;
-	size_t n_shown = 0, cap = 0;
 	ds_err err;
-	int stop = 0;
+	int stop = ds_textout_push(&j->to, t, &err);
 
-	if (ds_tok_stream_push(&j->ts, t, &piece, &err))
-		piece.n = 0;
-	if ((stop = ds_stopper_push(&j->stopper, piece.s ? piece.s : "", piece.n,
-				    &shown, &n_shown, &cap, &err)) < 0) {
+	if (stop < 0) {
 		j->failed = 1;
 		stop = 1;
 	}
-	append(j, shown, n_shown, t);
-	free(shown);
-	ds_tok_text_free(&piece);
+	append(j, j->to.shown, j->to.n_shown, t);
 	ds_metrics_tokens(j->eng->metrics, 1, ds_now_s());
-	if (n_shown > 0)
+	if (j->to.n_shown > 0)
 		wake(j);
-	return j->stop_hit = stop;
+	return stop;
 }
 
 /* What the decoder and the stop strings still hold. */
 static void text_tail(ds_job *j)
 {
-	ds_tok_text piece = { 0 };
-	char *shown = NULL;
-	size_t n_shown = 0, cap = 0;
 	ds_err err;
 
-	if (ds_tok_stream_finish(&j->ts, &piece, &err) ||
-	    ds_stopper_push(&j->stopper, piece.s ? piece.s : "", piece.n, &shown,
-			    &n_shown, &cap, &err) < 0 ||
-	    ds_stopper_flush(&j->stopper, &shown, &n_shown, &cap, &err))
+	if (ds_textout_finish(&j->to, &err))
 		j->failed = 1;
-	append(j, shown, n_shown, -1);
-	free(shown);
-	ds_tok_text_free(&piece);
+	append(j, j->to.shown, j->to.n_shown, -1);
 }
 
 static void cb_done(void *u, enum ds_finish why, const ds_req_stats *st)
@@ -394,7 +253,7 @@ static void cb_done(void *u, enum ds_finish why, const ds_req_stats *st)
 	ds_eng *e = j->eng;
 	double ttft = st->completion_tokens ? st->t_prompt - j->t_arrival : -1;
 
-	if (!j->stop_hit)
+	if (!j->to.stop_hit)
 		text_tail(j);
 	pthread_mutex_lock(&j->mu);
 	j->done = 1;
@@ -425,7 +284,7 @@ static ds_job *job_new(ds_eng *e, const ds_api_req *r, size_t n,
 	if (j == NULL)
 		return NULL;
 	j->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (j->efd < 0 || ds_stopper_init(&j->stopper, r->stops, r->n_stops, NULL)) {
+	if (j->efd < 0 || ds_textout_init(&j->to, e->s.tok, r->stops, r->n_stops, NULL)) {
 		if (j->efd >= 0)
 			close(j->efd);
 		free(j);
@@ -438,13 +297,12 @@ static ds_job *job_new(ds_eng *e, const ds_api_req *r, size_t n,
 	j->keep_ids = r->return_tokens && !r->stream;
 	j->t_arrival = t_arrival;
 	j->n_prompt = n;
-	ds_tok_stream_init(&j->ts, e->tok, 0);
 	return j;
 }
 
 static void job_free(ds_job *j)
 {
-	ds_stopper_free(&j->stopper);
+	ds_textout_free(&j->to);
 	pthread_mutex_destroy(&j->mu);
 	close(j->efd);
 	free(j->text);
@@ -457,7 +315,7 @@ static void job_free(ds_job *j)
 static void make_req(ds_eng *e, const ds_api_req *r, const int32_t *ids,
 		     size_t n, ds_job *j, int32_t *stops, ds_req *q)
 {
-	int64_t room = (int64_t)e->n_ctx - (int64_t)n + 1;
+	int64_t room = (int64_t)e->s.n_ctx - (int64_t)n + 1;
 
 	memset(q, 0, sizeof *q);
 	q->prompt = ids;
@@ -465,12 +323,8 @@ static void make_req(ds_eng *e, const ds_api_req *r, const int32_t *ids,
 	q->sp = r->sp;
 	q->n_predict = r->max_tokens < 0 ? -1 : r->max_tokens < room ? r->max_tokens
 								    : room;
-	if (!r->ignore_eos) {
-		memcpy(stops, e->stop_ids, e->n_stop_ids * sizeof *stops);
-		q->n_stop_ids = e->n_stop_ids;
-		if (r->kind == DS_API_CHAT && e->turn_end >= 0)
-			stops[q->n_stop_ids++] = e->turn_end;
-	}
+	if (!r->ignore_eos)
+		q->n_stop_ids = ds_session_stops(&e->s, r->kind == DS_API_CHAT, stops);
 	q->stop_ids = stops;
 	q->cb.on_token = cb_token;
 	q->cb.on_done = cb_done;
@@ -480,7 +334,7 @@ static void make_req(ds_eng *e, const ds_api_req *r, const int32_t *ids,
 int ds_job_submit(ds_eng *e, const ds_api_req *r, const int32_t *ids,
 		  size_t n, double t_arrival, ds_job **out, ds_api_err *ae)
 {
-	int32_t stops[DS_ENG_MAX_STOP_IDS + 1];
+	int32_t stops[DS_SESSION_MAX_STOPS + 1];
 	ds_job *j = job_new(e, r, n, t_arrival);
 	ds_req q;
 	ds_err err;
@@ -493,7 +347,7 @@ int ds_job_submit(ds_eng *e, const ds_api_req *r, const int32_t *ids,
 	pthread_mutex_lock(&e->smu);
 	if (!r->seed_set)
 		q.sp.seed = fresh_seed(e);
-	if (e->sched == NULL) {
+	if (e->s.sched == NULL) {
 		rc = ds_api_fail(ae, 503, NULL, "the server is shutting down");
 	} else if (atomic_load(&e->inflight) >= e->limit) {
 		rc = ds_api_fail(ae, 503, NULL, "all %u slots are busy and %zu "
@@ -503,7 +357,7 @@ int ds_job_submit(ds_eng *e, const ds_api_req *r, const int32_t *ids,
 	} else {
 		/* counted first: the job may be done before submit returns */
 		atomic_fetch_add(&e->inflight, 1);
-		if (ds_sched_submit(e->sched, &q, &j->id, &err)) {
+		if (ds_sched_submit(e->s.sched, &q, &j->id, &err)) {
 			atomic_fetch_sub(&e->inflight, 1);
 			rc = ds_api_fail(ae, 400, r->kind == DS_API_CHAT ? "messages"
 					 : "prompt", "%s", err.msg);
@@ -529,8 +383,8 @@ void ds_job_cancel(ds_job *j)
 	if (done)
 		return;
 	pthread_mutex_lock(&e->smu);
-	if (e->sched)
-		ds_sched_cancel(e->sched, j->id);
+	if (e->s.sched)
+		ds_sched_cancel(e->s.sched, j->id);
 	pthread_mutex_unlock(&e->smu);
 }
 

@@ -39,6 +39,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/json.h"
 #include "serve_int.h"
 
 struct ds_srv {
@@ -479,7 +480,7 @@ static enum MHD_Result answer_stream(rctx *q)
 
 static ds_api_limits limits(const ds_srv *s)
 {
-	ds_api_limits l = { s->eng.n_vocab, s->eng.n_ctx };
+	ds_api_limits l = { s->eng.s.n_vocab, s->eng.s.n_ctx };
 
 	return l;
 }
@@ -529,9 +530,9 @@ static enum MHD_Result models(rctx *q)
 				 (int)s->o.queue);
 
 	if (meta && atomic_load(&s->ready)) {
-		json_object_set_new(meta, "arch", json_string(ds_arch_name(s->eng.m.hp.arch)));
-		json_object_set_new(meta, "n_ctx", json_integer(s->eng.n_ctx));
-		json_object_set_new(meta, "n_vocab", json_integer(s->eng.n_vocab));
+		json_object_set_new(meta, "arch", json_string(ds_arch_name(s->eng.s.m.hp.arch)));
+		json_object_set_new(meta, "n_ctx", json_integer(s->eng.s.n_ctx));
+		json_object_set_new(meta, "n_vocab", json_integer(s->eng.s.n_vocab));
 	}
 	return reply_json(q, 200, json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:o}]}",
 					    "object", "list", "data", "id",
@@ -559,7 +560,7 @@ static json_t *piece_json(ds_eng *e, int32_t id)
 	size_t n;
 
 	if (ds_eng_detok(e, &id, 1, &t, NULL) == 0 &&
-	    (u = ds_api_utf8(t.s ? t.s : "", t.n, &n)) != NULL) {
+	    (u = ds_utf8_repair(t.s ? t.s : "", t.n, &n)) != NULL) {
 		j = json_pack("{s:i, s:s%}", "id", (int)id, "piece", u, n);
 		free(u);
 	}
@@ -581,7 +582,7 @@ static enum MHD_Result tokenize(rctx *q)
 		return not_ready(q);
 	if (ds_api_parse_tokenize(&r, q->body ? q->body : "", q->n_body, &e))
 		return reply_err(q, &e);
-	if (ds_tok_encode(s->eng.tok, r.content, strlen(r.content),
+	if (ds_tok_encode(s->eng.s.tok, r.content, strlen(r.content),
 			  r.add_special ? 0 : DS_TOK_NO_BOS, &ids, &err)) {
 		ds_api_tokreq_free(&r);
 		ds_tok_ids_free(&ids);
@@ -620,7 +621,7 @@ static enum MHD_Result detokenize(rctx *q)
 		return fail(q, 400, NULL, "tokens: %s", err.msg);
 	}
 	free(ids);
-	u = ds_api_utf8(t.s ? t.s : "", t.n, &len);
+	u = ds_utf8_repair(t.s ? t.s : "", t.n, &len);
 	ds_tok_text_free(&t);
 	if (u == NULL)
 		return reply(q, 500, NULL, NULL);
@@ -1024,9 +1025,9 @@ int ds_srv_load(ds_srv *s, ds_err *err)
 	atomic_store(&s->ready, 1);
 	slog(s, "model %s loaded in %.2f s: %s, %u slots of %u positions, %d "
 	     "threads, kernels %s, chat template %s", s->model_name,
-	     ds_now_s() - t0, ds_arch_name(e->m.hp.arch), e->kv.n_slot, e->n_ctx,
-	     ds_pool_threads(e->pool), ds_kernels_name(),
-	     e->have_tmpl ? ds_chat_name(e->tmpl) : "none");
+	     ds_now_s() - t0, ds_arch_name(e->s.m.hp.arch), e->s.kv.n_slot, e->s.n_ctx,
+	     ds_pool_threads(e->s.pool), ds_kernels_name(),
+	     e->s.have_tmpl ? ds_chat_name(e->s.tmpl) : "none");
 	return 0;
 }
 

@@ -131,9 +131,6 @@ char *ds_api_chunk(const ds_api_out *o, enum ds_api_chunk what, size_t *len);
 /* {"error": {"message", "type", "param", "code"}} */
 char *ds_api_error_json(const ds_api_err *e);
 
-/* Text as valid UTF-8 (each invalid byte as U+FFFD); malloc'd. */
-char *ds_api_utf8(const char *s, size_t n, size_t *out_len);
-
 /* Does an Authorization header value carry "Bearer KEY"?  The time taken
  * depends on the key's length only, not on where the values differ. */
 int ds_api_key_ok(const char *header, const char *key);

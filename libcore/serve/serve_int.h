@@ -7,44 +7,22 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "chat/chat.h"
-#include "model/forward.h"
-#include "model/kvcache.h"
-#include "format/modelfile.h"
-#include "runtime/sched.h"
+#include "runtime/session.h"
 #include "serve.h"
-#include "pool/threads.h"
-#include "tokenizer/tokenizer.h"
-
-#define DS_ENG_MAX_STOP_IDS 24
 
 /* The model and everything that generates from it. */
 typedef struct ds_eng {
 	const ds_srv_opts *o;
 	ds_metrics *metrics;
-	ds_model m;
-	int have_model;
-	ds_placement pl;
-	ds_pool *pool;
-	ds_fwd *fwd;
-	ds_kvcache kv;
-	int have_kv;
-	ds_tok *tok;
-	/* The scheduler; smu orders submit and cancel against its end
-	 * (sched is NULL before the load and after ds_eng_stop). */
+	ds_session s;               /* the scheduler: s.sched (NULL before
+				       the load and after ds_eng_stop) */
+	int have_s;
+	/* smu orders submit and cancel against the scheduler's end */
 	pthread_mutex_t smu;
-	ds_sched *sched;
 	pthread_t driver;
 	int driver_on;
 	atomic_size_t inflight;     /* submitted jobs not yet done */
 	size_t limit;               /* --parallel + --queue */
-	uint32_t n_ctx, n_vocab;
-	int have_tmpl;
-	enum ds_chat_tmpl tmpl;
-	char bos[64], eos[64];      /* their strings, for the templates */
-	int32_t stop_ids[DS_ENG_MAX_STOP_IDS]; /* EOS, EOT ... */
-	size_t n_stop_ids;
-	int32_t turn_end;           /* the template's end marker id, or -1 */
 	uint64_t seed_ctr;          /* fresh seeds, under smu */
 } ds_eng;
 
@@ -60,9 +38,7 @@ typedef struct ds_job {
 	double t_arrival;           /* ds_now_s */
 	size_t n_prompt;
 	/* the driver thread's alone */
-	ds_tok_stream ts;
-	ds_stopper stopper;
-	int stop_hit;
+	ds_textout to;
 	/* under mu */
 	char *text;                 /* text shown and not yet taken */
 	size_t n_text, cap_text;

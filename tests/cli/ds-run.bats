@@ -496,11 +496,12 @@ print(t[:t.index(sys.argv[2])])' "$T/full" "$stop")
 	yes "1 2 3 4 5 6 7 8" | head -n 400 >"$T/many.ids"
 	"$DS_BIN"/ds-run -m "$M/ds2-lite" --ids -n 200 --logits-out "$T/int.f32" <"$T/many.ids" >/dev/null &
 	pid=$!
-	for _ in $(seq 100); do [ -e "$T/int.f32.tmp" ] && break; sleep 0.05; done
-	[ -e "$T/int.f32.tmp" ]
+	tmp="$T/int.f32.tmp-$pid"
+	for _ in $(seq 100); do [ -e "$tmp" ] && break; sleep 0.05; done
+	[ -e "$tmp" ]
 	kill -TERM "$pid"
 	wait "$pid" || true
-	[ ! -e "$T/int.f32.tmp" ]
+	[ ! -e "$tmp" ]
 	[ ! -e "$T/int.f32" ]
 }
 

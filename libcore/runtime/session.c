@@ -1,0 +1,268 @@
+/* session.c - a model opened for generating (session.h). */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "session.h"
+
+/* ---- opening ------------------------------------------------------------------------ */
+
+static int load_tokenizer(ds_session *s, const ds_session_opts *o, ds_err *err)
+{
+	char *path;
+	int rc = 0;
+
+	if (o->tok == DS_SESS_TOK_NONE)
+		return 0;
+	path = ds_path_join(o->dir, "tokenizer.bin");
+	if (path == NULL)
+		return ds_errf(err, "out of memory");
+	if (access(path, F_OK) == 0)
+		rc = ds_tok_load(&s->tok, path, err);
+	else if (o->tok == DS_SESS_TOK_NEED)
+		rc = ds_errf(err, "%s: no tokenizer (%s the model's tokenizer: "
+			     "convert it with ds-convert)", path,
+			     o->tok_why ? o->tok_why : "ds needs");
+	free(path);
+	return rc;
+}
+
+static void add_stop(ds_session *s, int64_t id)
+{
+	size_t i;
+
+	if (id < 0 || id >= s->n_vocab || s->n_stop_ids == DS_SESSION_MAX_STOPS)
+		return;
+	for (i = 0; i < s->n_stop_ids; i++)
+		if (s->stop_ids[i] == id)
+			return;
+	s->stop_ids[s->n_stop_ids++] = (int32_t)id;
+}
+
+static void piece_str(const ds_tok *t, int32_t id, char *out, size_t cap)
+{
+	const char *p;
+	size_t l;
+
+	out[0] = '\0';
+	if (id >= 0 && (p = ds_tok_piece(t, id, &l)) != NULL && l < cap) {
+		memcpy(out, p, l);
+		out[l] = '\0';
+	}
+}
+
+/* The template: the options', else model.meta's, else the tokenizer's.
+ * An unknown name in the options is an error; in the model, no template
+ * (the programs refuse chat requests then). */
+static int template(ds_session *s, const ds_session_opts *o, ds_err *err)
+{
+	const json_t *ct = json_object_get(s->m.meta, "chat_template");
+	const char *name = o->chat_template, *mk;
+	ds_tok_info ti;
+
+	ds_tok_get_info(s->tok, &ti);
+	if (name == NULL && json_is_string(ct))
+		name = json_string_value(ct);
+	if (name == NULL && ti.chat_template && ti.chat_template[0])
+		name = ti.chat_template;
+	if (name == NULL)
+		return 0;
+	if (ds_chat_parse(name, &s->tmpl, o->chat_template ? err : NULL))
+		return o->chat_template ? -1 : 0;
+	s->have_tmpl = 1;
+	mk = ds_chat_end_marker(s->tmpl);
+	if (mk != NULL)
+		s->turn_end = ds_tok_piece_id(s->tok, mk, strlen(mk));
+	return 0;
+}
+
+/* The model's end ids, the tokenizer's BOS/EOS strings and the template. */
+static int chat_and_stops(ds_session *s, const ds_session_opts *o, ds_err *err)
+{
+	ds_tok_info ti;
+	uint32_t i;
+
+	s->turn_end = -1;
+	for (i = 0; i < s->m.hp.n_eos; i++)
+		add_stop(s, s->m.hp.eos_ids[i]);
+	if (s->tok == NULL)
+		return 0;
+	ds_tok_get_info(s->tok, &ti);
+	add_stop(s, ti.eos);
+	add_stop(s, ti.eot);
+	piece_str(s->tok, ti.bos, s->bos, sizeof s->bos);
+	piece_str(s->tok, ti.eos, s->eos, sizeof s->eos);
+	return template(s, o, err);
+}
+
+static int load_model(ds_session *s, const ds_session_opts *o, ds_err *err)
+{
+	double t0 = ds_now_s();
+	int rc;
+
+	rc = ds_model_open(&s->m, s->pool, o->dir, &o->load, &s->pl, s->warn,
+			   sizeof s->warn, err);
+	s->have_model = 1;      /* freeable whatever the outcome */
+	s->t_load = ds_now_s() - t0;
+	return rc;
+}
+
+int ds_session_open(ds_session *s, const ds_session_opts *o, ds_err *err)
+{
+	ds_pool_opts po = { .threads = o->threads, .cpus = o->cpus };
+	uint32_t slots = o->slots ? o->slots : 1, train;
+	ds_fwd_opts fo = { .max_batch = slots + 1 > 256 ? slots + 1 : 256 };
+
+	memset(s, 0, sizeof *s);
+	s->turn_end = -1;
+	if (ds_pool_init(&s->pool, &po, err) || load_model(s, o, err) ||
+	    load_tokenizer(s, o, err))
+		return -1;
+	s->n_vocab = s->m.hp.n_vocab;
+	train = s->m.hp.n_ctx_train;
+	s->n_ctx = o->ctx_size ? o->ctx_size
+		   : train && train < DS_SESSION_CTX ? train : DS_SESSION_CTX;
+	if (chat_and_stops(s, o, err) ||
+	    ds_fwd_init(&s->fwd, &s->m, s->pool, &fo, err) ||
+	    ds_kvcache_init(&s->kv, &s->m.hp, slots, s->n_ctx, o->kv_type, err))
+		return -1;
+	s->have_kv = 1;
+	return ds_sched_init(&s->sched, s->fwd, &s->kv, NULL, err);
+}
+
+void ds_session_close(ds_session *s)
+{
+	ds_sched_free(s->sched);
+	if (s->have_kv)
+		ds_kvcache_free(&s->kv);
+	ds_fwd_free(s->fwd);
+	if (s->tok)
+		ds_tok_free(s->tok);
+	if (s->have_model)
+		ds_model_free(&s->m);
+	ds_placement_free(&s->pl);
+	if (s->pool)
+		ds_pool_free(s->pool);
+	memset(s, 0, sizeof *s);
+}
+
+/* ---- prompts -------------------------------------------------------------------------------- */
+
+static int encode(const ds_session *s, const char *text, unsigned flags,
+		  ds_tok_ids *ids, ds_err *err)
+{
+	memset(ids, 0, sizeof *ids);
+	if (s->tok == NULL)
+		return ds_errf(err, "the model has no tokenizer: give token ids");
+	if (ds_tok_encode(s->tok, text, strlen(text), flags, ids, err)) {
+		ds_tok_ids_free(ids);
+		return -1;
+	}
+	return 0;
+}
+
+int ds_session_encode(const ds_session *s, const char *text, ds_tok_ids *ids,
+		      ds_err *err)
+{
+	return encode(s, text, 0, ids, err);
+}
+
+int ds_session_chat(const ds_session *s, const ds_chat_msg *msgs, size_t n,
+		    ds_tok_ids *ids, ds_err *err)
+{
+	char *text;
+	int rc;
+
+	memset(ids, 0, sizeof *ids);
+	if (!s->have_tmpl)
+		return ds_errf(err, "the model names no chat template");
+	if (ds_chat_render(s->tmpl, msgs, n, 1, s->bos[0] ? s->bos : NULL,
+			   s->eos[0] ? s->eos : NULL, &text, err))
+		return -1;
+	rc = encode(s, text, DS_TOK_NO_BOS, ids, err);   /* the template has it */
+	free(text);
+	return rc;
+}
+
+int ds_session_fit(const ds_session *s, ds_tok_ids *ids, int64_t n_predict,
+		   int truncate, ds_err *err)
+{
+	size_t reserve, keep;
+
+	if (ids->n <= s->n_ctx)
+		return 0;
+	if (!truncate)
+		return ds_errf(err, "prompt of %zu tokens is longer than the "
+			       "context (%u)", ids->n, s->n_ctx);
+	reserve = n_predict < 0 ? s->n_ctx / 4 :
+		  (uint64_t)n_predict < s->n_ctx / 2 ? (size_t)n_predict : s->n_ctx / 2;
+	keep = s->n_ctx - reserve;
+	memmove(ids->v, ids->v + ids->n - keep, keep * sizeof *ids->v);
+	ids->n = keep;
+	return 0;
+}
+
+size_t ds_session_stops(const ds_session *s, int chat, int32_t *out)
+{
+	size_t n = s->n_stop_ids, i;
+
+	memcpy(out, s->stop_ids, n * sizeof *out);
+	if (chat && s->turn_end >= 0) {
+		for (i = 0; i < n && out[i] != s->turn_end; i++)
+			;
+		if (i == n)
+			out[n++] = s->turn_end;
+	}
+	return n;
+}
+
+/* ---- a request's text ------------------------------------------------------------------ */
+
+int ds_textout_init(ds_textout *t, const ds_tok *tok, char *const *stops,
+		    size_t n_stops, ds_err *err)
+{
+	memset(t, 0, sizeof *t);
+	ds_tok_stream_init(&t->ts, tok, 0);
+	return ds_stopper_init(&t->stopper, stops, n_stops, err);
+}
+
+static int show(ds_textout *t, ds_err *err)
+{
+	int stop = ds_stopper_push(&t->stopper, t->piece.s ? t->piece.s : "",
+				   t->piece.n, &t->shown, &t->n_shown,
+				   &t->cap_shown, err);
+
+	if (stop > 0)
+		t->stop_hit = 1;
+	return stop;
+}
+
+int ds_textout_push(ds_textout *t, int32_t id, ds_err *err)
+{
+	t->piece.n = 0;
+	t->n_shown = 0;
+	if (id < 0 || (uint32_t)id >= ds_tok_n_vocab(t->ts.tok))
+		return 0;
+	if (ds_tok_stream_push(&t->ts, id, &t->piece, err))
+		return -1;
+	return show(t, err);
+}
+
+int ds_textout_finish(ds_textout *t, ds_err *err)
+{
+	t->piece.n = 0;
+	t->n_shown = 0;
+	if (ds_tok_stream_finish(&t->ts, &t->piece, err) || show(t, err) < 0 ||
+	    ds_stopper_flush(&t->stopper, &t->shown, &t->n_shown, &t->cap_shown, err))
+		return -1;
+	return 0;
+}
+
+void ds_textout_free(ds_textout *t)
+{
+	ds_tok_text_free(&t->piece);
+	ds_stopper_free(&t->stopper);
+	free(t->shown);
+	memset(t, 0, sizeof *t);
+}

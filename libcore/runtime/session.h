@@ -1,0 +1,131 @@
+/*
+ * session.h - a model opened for generating: what ds-run and ds-serve
+ * share.  A session owns the weights (placed as asked), the tokenizer, the
+ * chat template with its BOS/EOS strings, the model's end ids, the
+ * forward pass, the KV cache and the scheduler, and turns text or a
+ * conversation into the prompt the model reads.
+ *
+ *	ds_session s;
+ *	ds_session_opts o = { .dir = "model", .slots = 4, .tok = DS_SESS_TOK_NEED };
+ *	ds_session_open(&s, &o, &err);
+ *	ds_session_chat(&s, msgs, n, &ids, &err);       // rendered, encoded
+ *	ds_session_fit(&s, &ids, 128, 0, &err);         // checked against n_ctx
+ *	... ds_sched_submit(s.sched, &req, ...) with ds_session_stops ...
+ *	ds_session_close(&s);
+ *
+ * A request's text comes out through a ds_textout: the tokenizer's
+ * streaming decoder followed by the stop strings, so a stop string split
+ * across tokens is never shown.
+ */
+#ifndef DS_SESSION_H
+#define DS_SESSION_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/util.h"
+#include "chat/chat.h"
+#include "format/modelfile.h"
+#include "model/forward.h"
+#include "model/kvcache.h"
+#include "pool/threads.h"
+#include "runtime/sched.h"
+#include "tokenizer/tokenizer.h"
+
+/* Whether the session loads DIR/tokenizer.bin. */
+enum ds_sess_tok {
+	DS_SESS_TOK_NEED,        /* load it; its absence is an error */
+	DS_SESS_TOK_IF_PRESENT,  /* load it if it is there */
+	DS_SESS_TOK_NONE,        /* do not load it */
+};
+
+typedef struct ds_session_opts {
+	const char *dir;          /* the model directory */
+	int threads;              /* the pool's (0: its default) */
+	const char *cpus;         /* CPU list to pin to, or NULL */
+	ds_load_opts load;        /* populate, mlock, hugepages, NUMA, verify */
+	uint32_t ctx_size;        /* 0: the model's training context, at
+				     most DS_SESSION_CTX */
+	uint32_t slots;           /* sequences at once (0: 1) */
+	enum ds_kvtype kv_type;   /* DS_KV_F16 is the usual */
+	enum ds_sess_tok tok;
+	const char *tok_why;      /* DS_SESS_TOK_NEED: who needs it, for the
+				     error ("-p needs"); NULL: "ds needs" */
+	const char *chat_template;/* a template name that overrides the
+				     model's, or NULL */
+} ds_session_opts;
+
+#define DS_SESSION_CTX 4096
+#define DS_SESSION_MAX_STOPS (DS_MAX_EOS + 4)
+
+typedef struct ds_session {
+	ds_model m;
+	ds_placement pl;
+	ds_pool *pool;
+	ds_fwd *fwd;
+	ds_kvcache kv;
+	ds_sched *sched;
+	ds_tok *tok;              /* NULL when not loaded */
+	uint32_t n_ctx, n_vocab;
+	double t_load;            /* seconds to load and place the weights */
+	char warn[256];           /* the load's warning (a hugepages
+				     fallback), or "" */
+	/* chat */
+	int have_tmpl;            /* the model (or the options) name a
+				     template ds knows */
+	enum ds_chat_tmpl tmpl;
+	char bos[64], eos[64];    /* the tokenizer's BOS/EOS strings, or "" */
+	int32_t stop_ids[DS_SESSION_MAX_STOPS]; /* the model's end ids */
+	size_t n_stop_ids;
+	int32_t turn_end;         /* the template's end-of-turn id, or -1 */
+	/* what was opened, for ds_session_close */
+	int have_model, have_kv;
+} ds_session;
+
+/* Open everything (a failure frees what was opened: close is still
+ * safe).  The pool comes first, then the weights, the tokenizer, the
+ * template and stops, the forward pass (batches of up to max(256,
+ * slots + 1) entries), the cache and the scheduler. */
+int ds_session_open(ds_session *s, const ds_session_opts *o, ds_err *err);
+void ds_session_close(ds_session *s);
+
+/* text -> ids, with BOS as the tokenizer's configuration says. */
+int ds_session_encode(const ds_session *s, const char *text, ds_tok_ids *ids,
+		      ds_err *err);
+/* A conversation rendered with the template (with the assistant's
+ * generation prompt) and encoded; the rendering carries its own BOS.
+ * -1 when the session has no template. */
+int ds_session_chat(const ds_session *s, const ds_chat_msg *msgs, size_t n,
+		    ds_tok_ids *ids, ds_err *err);
+/* A prompt against the context: a prompt longer than n_ctx is an error,
+ * or with truncate keeps its last n_ctx - reserve tokens, reserve =
+ * min(n_predict, n_ctx / 2), n_ctx / 4 when n_predict < 0. */
+int ds_session_fit(const ds_session *s, ds_tok_ids *ids, int64_t n_predict,
+		   int truncate, ds_err *err);
+/* A request's end ids into out [DS_SESSION_MAX_STOPS + 1]: the model's,
+ * and for a chat turn the template's end-of-turn marker; the count. */
+size_t ds_session_stops(const ds_session *s, int chat, int32_t *out);
+
+/* ---- a request's text ------------------------------------------------------------ */
+
+typedef struct ds_textout {
+	ds_tok_stream ts;
+	ds_stopper stopper;
+	ds_tok_text piece;        /* a token's decoded text (reused) */
+	char *shown;              /* what the last push or finish let through */
+	size_t n_shown, cap_shown;
+	int stop_hit;             /* a stop string matched */
+} ds_textout;
+
+int ds_textout_init(ds_textout *t, const ds_tok *tok, char *const *stops,
+		    size_t n_stops, ds_err *err);
+/* Token id's text through the stop strings into t->shown / t->n_shown:
+ * 1 when a stop string matched (the text before it is shown), 0 to go
+ * on.  An id the tokenizer has no string for (a vocabulary padded past
+ * the tokenizer's) shows nothing. */
+int ds_textout_push(ds_textout *t, int32_t id, ds_err *err);
+/* What the decoder and the stop strings still hold, into t->shown. */
+int ds_textout_finish(ds_textout *t, ds_err *err);
+void ds_textout_free(ds_textout *t);
+
+#endif
