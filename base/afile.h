@@ -46,7 +46,8 @@ void ds_afile_abort(ds_afile *a);
  * the handlers on first use.  -1 when DS_CLEANUP_MAX are registered. */
 int ds_cleanup_add(const char *path);
 void ds_cleanup_del(const char *path);
-/* Handlers that set *flag to the signal's number instead. */
+/* Handlers that set *flag to the signal's number instead (NULL: back
+ * to removing the registered paths). */
 void ds_cleanup_flag(volatile sig_atomic_t *flag);
 /* End the program with signal sig's default action. */
 void ds_cleanup_raise(int sig);

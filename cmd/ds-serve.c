@@ -9,6 +9,7 @@
  * thread saying it is done.
  */
 #include <ctype.h>
+#include <err.h>
 #include <getopt.h>
 #include <pthread.h>
 #include <signal.h>
@@ -22,6 +23,7 @@
 
 #include "serve/serve.h"
 #include "pool/threads.h"
+#include "base/cli.h"
 #include "base/util.h"
 
 static const char *prog = "ds-serve";
@@ -36,22 +38,10 @@ static void usage(FILE *f)
 		prog);
 }
 
-static void warnx_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void warnx_(const char *fmt, ...)
-{
-	va_list ap;
-
-	fprintf(stderr, "%s: ", prog);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-}
-
 static void log_line(void *user, const char *line)
 {
 	(void)user;
-	warnx_("%s", line);
+	warnx("%s", line);
 }
 
 /* ---- options ------------------------------------------------------------------- */
@@ -90,15 +80,6 @@ static const struct option longopts[] = {
 	{ NULL, 0, NULL, 0 },
 };
 
-static int num(const char *opt, const char *v, long lo, long hi, long *out)
-{
-	if (ds_parse_long(v, lo, hi, out) != 0) {
-		warnx_("%s %s: not an integer in [%ld, %ld]", opt, v, lo, hi);
-		return 2;
-	}
-	return 0;
-}
-
 /* Printable ASCII without spaces: what an HTTP header carries as is. */
 static int key_ok(const char *k)
 {
@@ -121,17 +102,17 @@ static int parse_one(opts *o, int c, const char *a)
 	case O_KEY: s->api_key = a; return 0;
 	case O_KEYFILE: o->key_file = a; return 0;
 	case O_CPUS: s->cpus = a; return 0;
-	case O_CTX: rc = num("--ctx-size", a, 4, 1L << 24, &v); s->ctx_size = (uint32_t)v; break;
+	case O_CTX: rc = ds_opt_long("--ctx-size", a, 4, 1L << 24, &v); s->ctx_size = (uint32_t)v; break;
 	case O_HOST: s->host = a; return 0;
 	case O_HUGE: s->hugepages = 1; return 0;
-	case O_BODY: rc = num("--max-body", a, 16, 1L << 30, &v); s->max_body = (size_t)v; break;
-	case O_CONNS: rc = num("--max-conns", a, 1, 1L << 20, &v); s->max_conns = (unsigned)v; break;
+	case O_BODY: rc = ds_opt_long("--max-body", a, 16, 1L << 30, &v); s->max_body = (size_t)v; break;
+	case O_CONNS: rc = ds_opt_long("--max-conns", a, 1, 1L << 20, &v); s->max_conns = (unsigned)v; break;
 	case O_NUMA: s->numa = a; return 0;
-	case O_PAR: rc = num("--parallel", a, 1, 256, &v); s->parallel = (uint32_t)v; break;
-	case O_PORT: rc = num("--port", a, 0, 65535, &v); s->port = (unsigned)v; break;
-	case O_QUEUE: rc = num("--queue", a, 0, 65536, &v); s->queue = (uint32_t)v; break;
-	case O_THREADS: rc = num("--threads", a, 1, DS_POOL_MAX, &v); s->threads = (int)v; break;
-	case O_TIMEOUT: rc = num("--timeout", a, 1, 86400, &v); s->timeout_s = (unsigned)v; break;
+	case O_PAR: rc = ds_opt_long("--parallel", a, 1, 256, &v); s->parallel = (uint32_t)v; break;
+	case O_PORT: rc = ds_opt_long("--port", a, 0, 65535, &v); s->port = (unsigned)v; break;
+	case O_QUEUE: rc = ds_opt_long("--queue", a, 0, 65536, &v); s->queue = (uint32_t)v; break;
+	case O_THREADS: rc = ds_opt_long("--threads", a, 1, DS_POOL_MAX, &v); s->threads = (int)v; break;
+	case O_TIMEOUT: rc = ds_opt_long("--timeout", a, 1, 86400, &v); s->timeout_s = (unsigned)v; break;
 	case O_VERBOSE: s->verbose = 1; return 0;
 	default: return 2;
 	}
@@ -141,21 +122,21 @@ static int parse_one(opts *o, int c, const char *a)
 static int check_args(opts *o)
 {
 	if (o->so.model_dir == NULL) {
-		warnx_("-m DIR is required");
+		warnx("-m DIR is required");
 		usage(stderr);
 		return 2;
 	}
 	if (o->so.api_key && o->key_file) {
-		warnx_("--api-key and --api-key-file exclude each other");
+		warnx("--api-key and --api-key-file exclude each other");
 		return 2;
 	}
 	if (o->so.api_key && !key_ok(o->so.api_key)) {
-		warnx_("--api-key: printable ASCII without spaces, not empty");
+		warnx("--api-key: printable ASCII without spaces, not empty");
 		return 2;
 	}
 	if (o->so.numa && strcmp(o->so.numa, "interleave") != 0 &&
 	    strcmp(o->so.numa, "node") != 0) {
-		warnx_("--numa %s: interleave or node", o->so.numa);
+		warnx("--numa %s: interleave or node", o->so.numa);
 		return 2;
 	}
 	return 0;
@@ -184,8 +165,7 @@ static int parse_args(opts *o, int argc, char **argv)
 			return -1;
 		}
 		if (c == '?' || c == ':') {
-			warnx_("%s: %s", argv[optind - 1], c == '?' ? "unknown option"
-							     : "needs a value");
+			ds_opt_getopt_error(c, argv[optind - 1]);
 			usage(stderr);
 			return 2;
 		}
@@ -193,7 +173,7 @@ static int parse_args(opts *o, int argc, char **argv)
 			return rc;
 	}
 	if (optind < argc) {
-		warnx_("unexpected argument %s", argv[optind]);
+		warnx("unexpected argument %s", argv[optind]);
 		return 2;
 	}
 	return check_args(o);
@@ -247,14 +227,14 @@ static int serve(loader *l, const sigset_t *set, int *joined)
 		int sig = sigwaitinfo(set, &si);
 
 		if (sig == SIGINT || sig == SIGTERM) {
-			warnx_("%s: stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
+			warnx("%s: stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
 			return 0;
 		}
 		if (sig == SIGUSR1 && atomic_load(&l->done) && !*joined) {
 			pthread_join(l->th, NULL);
 			*joined = 1;
 			if (l->rc) {
-				warnx_("%s", l->err.msg);
+				warnx("%s", l->err.msg);
 				return 1;
 			}
 		}
@@ -270,7 +250,7 @@ static void drain(ds_srv *s, const sigset_t *set, unsigned timeout_s)
 	size_t n = ds_srv_inflight(s);
 
 	if (n > 0)
-		warnx_("finishing %zu request%s (at most %u s)", n, n == 1 ? "" : "s",
+		warnx("finishing %zu request%s (at most %u s)", n, n == 1 ? "" : "s",
 		       timeout_s);
 	while (ds_srv_inflight(s) > 0 && ds_now_s() < end) {
 		int sig = sigtimedwait(set, NULL, &tick);
@@ -279,7 +259,7 @@ static void drain(ds_srv *s, const sigset_t *set, unsigned timeout_s)
 			break;
 	}
 	if ((n = ds_srv_inflight(s)) > 0)
-		warnx_("cancelling %zu request%s", n, n == 1 ? "" : "s");
+		warnx("cancelling %zu request%s", n, n == 1 ? "" : "s");
 }
 
 /* Every connection is a descriptor: the soft limit raised towards the
@@ -313,16 +293,16 @@ static int run(opts *o)
 	raise_nofile(o->so.max_conns ? o->so.max_conns : 2048);
 	memset(&l, 0, sizeof l);
 	if (read_key(o, &err) || ds_srv_start(&l.s, &o->so, &err)) {
-		warnx_("%s", err.msg);
+		warnx("%s", err.msg);
 		return 1;
 	}
-	warnx_("listening on http://%s%s%s:%u/ (model loading)",
+	warnx("listening on http://%s%s%s:%u/ (model loading)",
 	       strchr(o->so.host ? o->so.host : "", ':') ? "[" : "",
 	       o->so.host ? o->so.host : "127.0.0.1",
 	       strchr(o->so.host ? o->so.host : "", ':') ? "]" : "", ds_srv_port(l.s));
 	l.main = pthread_self();
 	if (pthread_create(&l.th, NULL, load_main, &l) != 0) {
-		warnx_("cannot start the loader thread");
+		warnx("cannot start the loader thread");
 		ds_srv_free(l.s);
 		return 1;
 	}
@@ -334,7 +314,7 @@ static int run(opts *o)
 		drain(l.s, &set, o->so.timeout_s);
 	ds_srv_free(l.s);
 	if (rc == 0)
-		warnx_("stopped");
+		warnx("stopped");
 	return rc;
 }
 

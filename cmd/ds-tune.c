@@ -1,6 +1,7 @@
 /* ds-tune - report, plan, apply and revert the host settings that make
  * CPU inference fast.  See ds-tune(8). */
 #define _GNU_SOURCE
+#include <err.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <limits.h>
@@ -10,6 +11,7 @@
 
 #include "host/sysinfo/sysinfo.h"
 #include "host/tune/tune.h"
+#include "base/cli.h"
 #include "base/util.h"
 
 #define PROG "ds-tune"
@@ -37,15 +39,13 @@ typedef struct args {
 
 static int die(const char *msg)
 {
-	fprintf(stderr, PROG ": %s\n", msg);
+	warnx("%s", msg);
 	return 1;
 }
 
 static int bad_usage(const char *fmt, const char *arg)
 {
-	fprintf(stderr, PROG ": ");
-	fprintf(stderr, fmt, arg);
-	fprintf(stderr, "\n");
+	ds_warnx(fmt, arg);
 	usage(stderr);
 	return 2;
 }
@@ -467,7 +467,7 @@ static int do_apply(const args *a, const ds_tune_plan *p)
 		return die("out of memory");
 	rc = ds_tune_apply(p, a->root, state, &r, &err);
 	for (int i = 0; i < r.n_warn; i++)
-		fprintf(stderr, PROG ": warning: %s (left as it is)\n", r.warn[i]);
+		warnx("warning: %s (left as it is)", r.warn[i]);
 	if (rc != 0)
 		die(err.msg);
 	else if (r.changed == 0)
@@ -545,23 +545,13 @@ static const struct option longopts[] = {
 	{ NULL, 0, NULL, 0 },
 };
 
-static int number(const char *opt, const char *s, long lo, long hi, long *out)
-{
-	if (ds_parse_long(s, lo, hi, out) != 0) {
-		fprintf(stderr, PROG ": %s: \"%s\" is not a number from %ld to "
-			"%ld\n", opt, s, lo, hi);
-		return -1;
-	}
-	return 0;
-}
-
 /* 0: go on; 1: done, exit 0; -1: usage error. */
 static int parse_opt(int c, args *a)
 {
 	switch (c) {
 	case O_CTX:
 		a->has_sizing = 1;
-		return number("--ctx-size", optarg, 1, 1 << 24, &a->ctx);
+		return ds_opt_long("--ctx-size", optarg, 1, 1 << 24, &a->ctx) ? -1 : 0;
 	case O_DRY:
 		a->dry_run = 1;
 		return 0;
@@ -570,7 +560,7 @@ static int parse_opt(int c, args *a)
 		return 1;
 	case O_INST:
 		a->has_sizing = 1;
-		return number("--instances", optarg, 1, DS_CPU_MAX, &a->instances);
+		return ds_opt_long("--instances", optarg, 1, DS_CPU_MAX, &a->instances) ? -1 : 0;
 	case O_JSON:
 		a->json = 1;
 		return 0;
@@ -588,7 +578,7 @@ static int parse_opt(int c, args *a)
 		return 0;
 	case O_THREADS:
 		a->has_sizing = 1;
-		return number("--threads", optarg, 1, DS_CPU_MAX, &a->threads);
+		return ds_opt_long("--threads", optarg, 1, DS_CPU_MAX, &a->threads) ? -1 : 0;
 	case O_VERSION:
 		printf(PROG " %s\n", DS_VERSION);
 		return 1;
@@ -626,7 +616,7 @@ static int check_root(args *a, char buf[PATH_MAX])
 	if (a->root == NULL)
 		return 0;
 	if (!ds_is_dir(a->root) || realpath(a->root, buf) == NULL) {
-		fprintf(stderr, PROG ": --root %s: not a directory\n", a->root);
+		warnx("--root %s: not a directory", a->root);
 		return 1;
 	}
 	a->root = strcmp(buf, "/") != 0 ? buf : NULL;

@@ -223,7 +223,7 @@ for r in rows:
 		-p 4 -n 0 -r 1 -t 1 -o jsonl
 	[ "$status" -eq 0 ]
 	[[ "$output" == *'"type": "bf16", "n_layer": 1,'* ]]
-	[[ "$output" == *'"tg_ts": 0,'* ]]
+	[[ "$output" == *'"tg_ts": 0.0,'* ]]
 	[[ "$output" == *'"peak_kind": "bf16"'* ]]
 }
 

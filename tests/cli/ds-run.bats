@@ -73,7 +73,7 @@ vocab() {
 golden() {
 	local n=$1 tol=$2 flips=$3
 	shift 3
-	[ -d "$G/$n" ] || skip "no golden files ($G/$n)"
+	[ -d "$G/$n" ] || { echo "no golden files ($G/$n)"; return 1; }
 	run "$DS_BIN"/ds-run -m "$T/golden-$n" --ids -n 0 --logits-out "$T/$n.out" "$@" <"$G/$n/prompt.ids"
 	[ "$status" -eq 0 ]
 	run $CMP "$T/$n.out" "$G/$n/logits.f32" "$(vocab "$T/golden-$n")" "$tol" "$flips"
@@ -176,7 +176,7 @@ prompts() {
 
 @test "greedy decoding follows the reference's argmax" {
 	n=qwen2-f16-untied
-	[ -d "$G/$n" ] || skip "no golden files"
+	[ -d "$G/$n" ] || { echo "no golden files ($G/$n)"; return 1; }
 	"$DS_BIN"/ds-run -m "$T/golden-$n" --ids --temp 0 -n 1 <"$G/$n/prompt.ids" >"$T/g"
 	want=$(/usr/bin/python3 -c 'import numpy as np, sys
 l = np.fromfile(sys.argv[1], "<f4").reshape(-1, int(sys.argv[2]))
@@ -228,7 +228,7 @@ EOF
 
 @test "--perplexity matches the reference logits' perplexity" {
 	n=ds2-lite
-	[ -d "$G/$n" ] || skip "no golden files"
+	[ -d "$G/$n" ] || { echo "no golden files ($G/$n)"; return 1; }
 	V=$(vocab "$T/golden-$n")
 	np=$(wc -w <"$G/$n/prompt.ids")
 	run "$DS_BIN"/ds-run -m "$T/golden-$n" --perplexity --ctx-size "$np" <"$G/$n/prompt.ids"
@@ -403,8 +403,8 @@ EOF
 # ---- text (the model's tokenizer) ---------------------------------------------------
 
 need_tok() {
-	[ -e "$M/$1/tokenizer.bin" ] || skip "ds-convert wrote no tokenizer.bin"
-	[ -x "$DS_BIN/ds-tok" ] || skip "no ds-tok"
+	[ -e "$M/$1/tokenizer.bin" ] || { echo "ds-convert wrote no tokenizer.bin"; return 1; }
+	[ -x "$DS_BIN/ds-tok" ] || { echo "no $DS_BIN/ds-tok"; return 1; }
 }
 
 @test "text out is the tokenizer's decoding of the ids out" {
