@@ -8,7 +8,8 @@ set -eu
 
 pkgs="gcc make libc6-dev pkg-config zlib1g-dev libarchive-dev libjansson-dev
 libnuma-dev libpcre2-dev libmicrohttpd-dev libzstd-dev libicu-dev bats mandoc
-curl python3 python3-numpy zstd time nginx python3-prometheus-client"
+curl python3 python3-numpy zstd time nginx python3-prometheus-client
+python3-jinja2"
 [ "${1:-}" = "--ref" ] && pkgs="$pkgs python3-torch python3-sentencepiece"
 # scripts/train-demo.py: the training text (Jane Austen, public domain; MIT
 # package), the loss plot, and a BLAS that is 7x faster than reference BLAS
