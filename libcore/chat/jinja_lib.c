@@ -305,9 +305,8 @@ static jv split_ws(jj_rt *rt, jv s, int64_t max, jj_args *a)
 		if (i >= n)
 			return out;
 		jj_count_iter(rt, 1, a->at);
-		if (max == 0) {
-			jv_list_push(&rt->env, out, strip(jv_str(p + i, n - i),
-							   jv_undef(NULL), false, true));
+		if (max == 0) { /* the rest, its trailing whitespace kept */
+			jv_list_push(&rt->env, out, jv_str(p + i, n - i));
 			return out;
 		}
 		st = i;
@@ -346,7 +345,8 @@ static jv rsplit(jj_rt *rt, jv s, jv sep, int64_t max, jj_args *a)
 		const char *st = parts.u.l->v[first].u.s.p;
 		jv head = jv_str(s.u.s.p, (size_t)(st - s.u.s.p));
 
-		jv_list_push(&rt->env, out, strip(head, jv_undef(NULL), true, true));
+		/* its leading whitespace kept */
+		jv_list_push(&rt->env, out, strip(head, jv_undef(NULL), false, true));
 	}
 	for (size_t i = first; i < n; i++)
 		jv_list_push(&rt->env, out, parts.u.l->v[i]);

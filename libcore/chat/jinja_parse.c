@@ -1386,10 +1386,14 @@ static jj_node *parse_body(parser *P, const char *const *ends)
 		tok *t = cur(P);
 
 		if (t->t == T_EOF) {
-			if (ends != NULL)
-				jj_fail(P->e, start, "unexpected end of template: "
-					"'%s' missing", ends[0]);
-			break;
+			size_t k = 0;
+
+			if (ends == NULL)
+				break;
+			while (ends[k + 1] != NULL && strncmp(ends[k], "end", 3) != 0)
+				k++;
+			jj_fail(P->e, start, "unexpected end of template: '%s' missing",
+				ends[k]);
 		}
 		next(P);
 		if (t->t == T_DATA) {
