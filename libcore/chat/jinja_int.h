@@ -150,7 +150,12 @@ static inline void jj_buf_adds(jj_env *e, jj_buf *b, const char *s);
 void jj_buf_addc(jj_env *e, jj_buf *b, char c);
 void jj_buf_addf(jj_env *e, jj_buf *b, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
-static inline jv jj_buf_jv(const jj_buf *b) { return jv_str(b->p, b->n); }
+/* The text so far as a string (an empty one points at "": a string's
+ * pointer is never NULL, so offsets from it are defined). */
+static inline jv jj_buf_jv(const jj_buf *b)
+{
+	return jv_str(b->p != NULL ? b->p : "", b->n);
+}
 
 jv jv_list_new(jj_env *e, size_t cap);
 void jv_list_push(jj_env *e, jv list, jv item);
