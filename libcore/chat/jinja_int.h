@@ -2,10 +2,12 @@
  * jinja_int.h - what the files of the Jinja interpreter share (jinja.h):
  * the limits, the arena, values, the syntax tree and the renderer's state.
  *
- *   jinja_parse.c   lexer and parser: source -> tree (ds_jinja_parse)
+ *   jinja_lex.c     lexer: source -> tokens, whitespace control
+ *   jinja_parse.c   parser: tokens -> tree (ds_jinja_parse)
  *   jinja_value.c   values: arena, strings, Python's str()/repr(), JSON
  *   jinja_eval.c    the renderer: statements, expressions, operators
- *   jinja_lib.c     filters, tests, methods and global functions
+ *   jinja_lib.c     methods, global functions, Python's str functions
+ *   jinja_filter.c  filters and tests
  *
  * Errors unwind with longjmp to the entry point (jj_fail); everything a
  * parse or a render allocates lives in its arena, so nothing leaks.
@@ -214,6 +216,38 @@ size_t jj_space_at(const char *s, size_t n);
 /* Bytes of whitespace ending at s[n-1]. */
 size_t jj_space_before(const char *s, size_t n);
 
+/* ---- tokens (jinja_lex.c) ------------------------------------------------ */
+
+enum jj_tok_type {
+	TK_EOF,
+	TK_DATA,        /* text between tags; s */
+	TK_VAR_BEGIN,
+	TK_VAR_END,
+	TK_BLOCK_BEGIN,
+	TK_BLOCK_END,
+	TK_NAME,        /* s */
+	TK_STRING,      /* s: the value, escapes done */
+	TK_INT,
+	TK_FLOAT,
+	TK_OP,          /* op: an index in jj_ops */
+};
+
+#define JJ_NOPS 26
+extern const char *const jj_ops[JJ_NOPS];
+
+typedef struct jj_tok {
+	uint8_t t;       /* enum jj_tok_type */
+	uint8_t op;      /* TK_OP: index in jj_ops */
+	uint32_t pos;    /* source offset */
+	const char *s;
+	size_t n;
+	int64_t i;
+	double f;
+} jj_tok;
+
+/* The tokens of src[0..n) (normalized), ending with TK_EOF. */
+jj_tok *jj_lex(jj_env *e, const char *src, size_t n);
+
 /* ---- syntax tree ----------------------------------------------------------- */
 
 enum jj_kind {
@@ -342,7 +376,7 @@ void jj_count_iter(jj_rt *rt, size_t n, uint32_t pos);
 int jj_compare(jj_rt *rt, jv a, jv b, uint32_t pos); /* <0, 0, >0 */
 bool jj_contains(jj_rt *rt, jv container, jv item, uint32_t pos);
 
-/* jinja_lib.c: the arguments of a call, evaluated. */
+/* jinja_lib.c, jinja_filter.c: the arguments of a call, evaluated. */
 typedef struct jj_args {
 	jv *pos;
 	size_t npos;
@@ -353,6 +387,29 @@ typedef struct jj_args {
 	uint32_t at;   /* source offset of the call */
 	const char *what; /* the filter/test/method name (errors) */
 } jj_args;
+
+/* jinja_lib.c's helpers for jinja_filter.c: bind a call's arguments to
+ * parameter names (out[i] JV_UNDEF if not given; the mask of those
+ * given), type checks, buffers (bounded at JINJA_MAX_OUT), and Python's
+ * str functions: ICU case mapping (upper 1: upper(), 0: lower()),
+ * capitalize(), Jinja2's title filter, strip(chars) (chars not a string:
+ * whitespace), replace (count < 0: all), splitlines, join (strict: str
+ * items only), dict.items() as tuples. */
+unsigned jj_bind(jj_rt *rt, jj_args *a, const char *const *params, jv *out);
+void jj_no_args(jj_rt *rt, jj_args *a);
+jv jj_want_str(jj_rt *rt, jv v, jj_args *a, const char *what);
+int64_t jj_want_int(jj_rt *rt, jv v, jj_args *a, const char *what);
+jv jj_str_of(jj_rt *rt, jv v, jj_args *a);
+jj_buf jj_newbuf(void);
+jv jj_buf_val(jj_buf *b);
+jv jj_case_full(jj_rt *rt, jv s, int upper);
+jv jj_str_capitalize(jj_rt *rt, jv s);
+jv jj_filter_title_str(jj_rt *rt, jv s);
+jv jj_strip(jv s, jv chars, bool left, bool right);
+jv jj_replace(jj_rt *rt, jv s, jv old, jv new, int64_t count);
+jv jj_splitlines(jj_rt *rt, jv s, bool keepends, uint32_t at);
+jv jj_join_items(jj_rt *rt, jv sep, jv items, jj_args *a, bool strict);
+jv jj_items_of(jj_rt *rt, jv d);
 
 jv jj_apply_filter(jj_rt *rt, int id, jv v, jj_args *a);
 bool jj_apply_test(jj_rt *rt, int id, jv v, jj_args *a);
