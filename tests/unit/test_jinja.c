@@ -586,8 +586,9 @@ typedef struct ref_count {
 	int renders, same_hf, diverge, errors;
 } ref_count;
 
-/* One (template, conversation): 0 if it is as it should be. */
-static int ref_one(json_t *py, json_t *hf, ref_count *c)
+/* One (template, conversation) of templates in dir: 0 if it is as it
+ * should be (hf NULL: against Jinja2 alone). */
+static int ref_one(const char *dir, json_t *py, json_t *hf, ref_count *c)
 {
 	const char *tname = json_string_value(json_object_get(py, "template"));
 	const char *cname = json_string_value(json_object_get(py, "conversation"));
@@ -599,13 +600,13 @@ static int ref_one(json_t *py, json_t *hf, ref_count *c)
 	ds_err err = { "" };
 	const char *src, *why = diverges(tname, cname);
 	int py_ok = json_is_true(json_object_get(py, "ok"));
-	int hf_ok = json_is_true(json_object_get(hf, "ok"));
+	int hf_ok = hf != NULL ? json_is_true(json_object_get(hf, "ok")) : py_ok;
 	const char *py_text = json_string_value(json_object_get(py, "text"));
-	const char *hf_text = json_string_value(json_object_get(hf, "text"));
+	const char *hf_text = hf != NULL ? json_string_value(json_object_get(hf, "text")) : py_text;
 	int agree = py_ok == hf_ok && (!py_ok || strcmp(py_text, hf_text) == 0);
 	int bad = 0;
 
-	snprintf(path, sizeof path, "testdata/cache/chat/templates/%s.json", tname);
+	snprintf(path, sizeof path, "testdata/cache/chat/%s/%s.json", dir, tname);
 	tpl = load_json(path);
 	snprintf(path, sizeof path, "testdata/chat/%s.json", cname);
 	conv = load_json(path);
@@ -700,7 +701,7 @@ static void test_reference(void)
 		}
 		cur = tn;
 		n++;
-		bad += ref_one(json_array_get(pr, i), json_array_get(hr, i), &c);
+		bad += ref_one("templates", json_array_get(pr, i), json_array_get(hr, i), &c);
 	}
 	if (cur != NULL)
 		ref_report(cur, bad, n);
@@ -709,6 +710,25 @@ static void test_reference(void)
 	       c.renders, c.errors, c.same_hf, c.diverge);
 	json_decref(py);
 	json_decref(hf);
+}
+
+/* Every template of @huggingface/ollama-utils (~100 models' GGUF-borne
+ * templates) with every conversation, against Jinja2 alone (run after
+ * test_reference, which renders them). */
+static void test_reference_wide(void)
+{
+	json_t *py = load_json("testdata/cache/chat/ref-jinja2-wide.json");
+	json_t *pr = json_object_get(py, "results");
+	ref_count c = { 0 };
+	int bad = 0;
+
+	T_CHECKF(json_array_size(pr) >= 1000, "%zu renderings", json_array_size(pr));
+	for (size_t i = 0; i < json_array_size(pr); i++)
+		bad += ref_one("wide", json_array_get(pr, i), NULL, &c);
+	T_CHECKF(bad == 0, "%d of %d renderings differ from Jinja2", bad, c.renders);
+	printf("# reference wide: %d renderings (%d errors) equal to Jinja2's\n",
+	       c.renders, c.errors);
+	json_decref(py);
 }
 
 int main(int argc, char **argv)
@@ -731,5 +751,6 @@ int main(int argc, char **argv)
 	T_RUN(test_limits);
 	T_RUN(test_api);
 	test_reference();
+	T_RUN(test_reference_wide);
 	return t_done();
 }
