@@ -207,7 +207,10 @@ jv jj_getitem(jj_rt *rt, jv obj, jv key, uint32_t pos)
 			return obj.u.l->v[i];
 		return undef_fmt(rt, "%s index out of range", jv_type_name(obj));
 	} else if (obj.t == JV_STR && intkey) {
-		int64_t i = seq_index(key, jj_utf8_len(obj.u.s.p, obj.u.s.n));
+		int64_t i;
+
+		jj_work(&rt->env, obj.u.s.n);
+		i = seq_index(key, jj_utf8_len(obj.u.s.p, obj.u.s.n));
 		size_t a, b;
 
 		if (i < 0)
@@ -277,8 +280,10 @@ static jv eval_slice(jj_rt *rt, const jj_node *n)
 		jj_fail(&rt->env, n->pos, "slice step cannot be zero");
 	if (step == INT64_MIN)
 		step = INT64_MIN + 1;
-	if (obj.t == JV_STR)
+	if (obj.t == JV_STR) {
+		jj_work(&rt->env, obj.u.s.n);
 		len = (int64_t)jj_utf8_len(obj.u.s.p, obj.u.s.n);
+	}
 	else if (obj.t == JV_LIST)
 		len = (int64_t)obj.u.l->n;
 	else
@@ -587,6 +592,7 @@ bool jj_contains(jj_rt *rt, jv c, jv item, uint32_t pos)
 		}
 		if (item.u.s.n == 0)
 			return true;
+		jj_work(&rt->env, c.u.s.n);
 		return memmem(c.u.s.p, c.u.s.n, item.u.s.p, item.u.s.n) != NULL;
 	case JV_LIST:
 		for (size_t i = 0; i < c.u.l->n; i++)
@@ -897,6 +903,7 @@ jv jj_iterate(jj_rt *rt, jv v, uint32_t pos)
 	case JV_STR: {
 		size_t i = 0;
 
+		jj_work(&rt->env, v.u.s.n);
 		out = jv_list_new(&rt->env, 0);
 		while (i < v.u.s.n) {
 			size_t st = i;

@@ -44,6 +44,7 @@ static jv f_length(jj_rt *rt, jv v, jj_args *a)
 	case JV_UNDEF:
 		return jv_int(0);
 	case JV_STR:
+		jj_work(&rt->env, v.u.s.n);
 		return jv_int((int64_t)jj_utf8_len(v.u.s.p, v.u.s.n));
 	case JV_LIST:
 		return jv_int((int64_t)v.u.l->n);

@@ -29,7 +29,8 @@
 #define JINJA_MAX_CALLS 100          /* renderer: macro and evaluation depth */
 #define JINJA_MAX_EVAL_DEPTH 1000    /* renderer: nested evaluations */
 #define JINJA_MAX_ITERS 1000000      /* loop iterations and items a render makes */
-#define JINJA_MAX_OUT (64u << 20)    /* bytes of output */
+#define JINJA_MAX_OUT (64u << 20)    /* bytes of output, and of one string */
+#define JINJA_MAX_WORK ((uint64_t)2 << 30) /* bytes a render may copy or scan */
 #define JINJA_MAX_MEM (512u << 20)   /* arena bytes of one render */
 #define JINJA_MAX_RANGE 100000       /* range() items (Jinja2's sandbox) */
 #define JINJA_MAX_JSON_DEPTH 64      /* nesting of the context's JSON */
@@ -56,6 +57,7 @@ typedef struct jj_env {
 	size_t srclen;
 	jj_arena *arena;
 	bool raised;     /* raise_exception(): the message is the template's */
+	uint64_t work;   /* bytes copied or scanned so far (JINJA_MAX_WORK) */
 } jj_env;
 
 /* Unwind with "chat_template:L:C: fmt..." for source offset pos
@@ -67,6 +69,9 @@ void *jj_alloc(jj_env *e, size_t n);
 /* Unwind with msg[0..n) as the whole message (raise_exception). */
 _Noreturn void jj_raise(jj_env *e, const char *msg, size_t n);
 void *jj_alloc_n(jj_env *e, size_t n, size_t size);
+/* Charge n bytes of string work (copies, scans); fails past
+ * JINJA_MAX_WORK, so that a loop over a big string stays bounded. */
+void jj_work(jj_env *e, size_t n);
 
 /* ---- values ---------------------------------------------------------------- */
 

@@ -106,6 +106,7 @@ jv jj_case_full(jj_rt *rt, jv s, int upper)
 
 	if (s.u.s.n > JINJA_MAX_OUT / 4)
 		jj_fail(&rt->env, UINT32_MAX, "string too long to change case");
+	jj_work(&rt->env, s.u.s.n);
 	a = jj_alloc_n(&rt->env, s.u.s.n + 1, sizeof *a);
 	u_strFromUTF8(a, (int32_t)s.u.s.n + 1, &n16, s.u.s.p, (int32_t)s.u.s.n, &st);
 	if (U_FAILURE(st))
@@ -242,6 +243,7 @@ jv jj_replace(jj_rt *rt, jv s, jv old, jv new, int64_t count)
 	jj_buf b = jj_newbuf();
 	size_t i = 0;
 
+	jj_work(&rt->env, s.u.s.n);
 	if (old.u.s.n == 0) { /* between every character, and at both ends */
 		while (count != 0) {
 			jj_buf_add(&rt->env, &b, new.u.s.p, new.u.s.n);
@@ -277,6 +279,7 @@ static jv split_sep(jj_rt *rt, jv s, jv sep, int64_t max, jj_args *a)
 
 	if (sep.u.s.n == 0)
 		jj_fail(&rt->env, a->at, "empty separator");
+	jj_work(&rt->env, s.u.s.n);
 	for (;;) {
 		const char *f = max != 0 ? memmem(s.u.s.p + i, s.u.s.n - i,
 						  sep.u.s.p, sep.u.s.n) : NULL;
@@ -299,6 +302,7 @@ static jv split_ws(jj_rt *rt, jv s, int64_t max, jj_args *a)
 	const char *p = s.u.s.p;
 	size_t n = s.u.s.n, i = 0;
 
+	jj_work(&rt->env, n);
 	for (;;) {
 		size_t st;
 
@@ -374,6 +378,7 @@ jv jj_splitlines(jj_rt *rt, jv s, bool keepends, uint32_t at)
 	jv out = jv_list_new(&rt->env, 0);
 	size_t i = 0, st = 0;
 
+	jj_work(&rt->env, s.u.s.n);
 	while (i < s.u.s.n) {
 		size_t br = line_break(s.u.s.p, s.u.s.n, i);
 
@@ -465,6 +470,7 @@ static jv find_sub(jj_rt *rt, jv s, jv sub, int id)
 	const char *f = NULL;
 	int64_t k = 0;
 
+	jj_work(&rt->env, s.u.s.n);
 	if (id == M_COUNT) {
 		size_t i = 0;
 

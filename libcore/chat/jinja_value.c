@@ -92,6 +92,14 @@ void *jj_alloc_n(jj_env *e, size_t n, size_t size)
 	return jj_alloc(e, b);
 }
 
+void jj_work(jj_env *e, size_t n)
+{
+	e->work += n;
+	if (e->work > JINJA_MAX_WORK)
+		jj_fail(e, UINT32_MAX, "over %llu bytes of string work",
+			(unsigned long long)JINJA_MAX_WORK);
+}
+
 /* ---- errors ---------------------------------------------------------------- */
 
 _Noreturn void jj_fail(jj_env *e, uint32_t pos, const char *fmt, ...)
@@ -287,6 +295,7 @@ void jj_buf_add(jj_env *e, jj_buf *b, const char *s, size_t n)
 
 	if (n == 0)
 		return;
+	jj_work(e, n);
 	if (ds_add_sz(b->n, n, &need) != 0 || (b->max != 0 && need > b->max))
 		jj_fail(e, UINT32_MAX, "output over %zu bytes", b->max);
 	if (need > b->cap) {

@@ -429,6 +429,9 @@ static void test_limits(void)
 	T_CHECK(fails("{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}", NULL,
 		      "output over"));
 	T_CHECK(fails("{{ range(100001) | length }}", NULL, "range too big"));
+	/* scans of a big string in a loop: bounded in bytes */
+	T_CHECK(fails("{% set s = 'x' * 30000000 %}{% for i in range(1000) %}"
+		      "{{ 'y' in s }}{% endfor %}", NULL, "bytes of string work"));
 	T_CHECK(renders("{{ range(100000) | length }}", NULL, "100000"));
 	T_CHECK(fails("{% set ns = namespace(l=[]) %}{% for i in range(300) %}"
 		      "{% set ns.l = [ns.l] %}{% endfor %}", NULL, "nested deeper than 256"));
