@@ -14,7 +14,7 @@ set -eu
 pkgs="gcc make libc6-dev pkg-config zlib1g-dev libarchive-dev libjansson-dev
 libnuma-dev libpcre2-dev libmicrohttpd-dev libzstd-dev libicu-dev"
 test_pkgs="bats mandoc curl python3 python3-numpy zstd time nginx
-python3-prometheus-client"
+python3-prometheus-client python3-jinja2"
 case "${1:-}" in
 --test|--bench|--ref) pkgs="$pkgs $test_pkgs" ;;
 esac

@@ -252,6 +252,14 @@ def seeds_text():
     put("tokids", "lines", "1 2 3\n\n 4\t5\r\n128000 0\n")
 
 
+def seeds_jinja():
+    """The real chat templates (scripts/ref/fetch-jinja.sh fetches them;
+    the jinja tests run it) and the conversations' texts."""
+    for p in sorted(glob.glob("testdata/cache/chat/templates/*.json")):
+        with open(p, encoding="utf-8") as f:
+            put("jinja", os.path.basename(p)[:-5], json.load(f)["template"])
+
+
 def serve_kind(body):
     """The endpoint byte of fuzz_servereq for a body."""
     if b'"messages"' in body:
@@ -388,6 +396,7 @@ def main():
     seeds_tokenizers()
     seeds_text()
     seeds_serve()
+    seeds_jinja()
     tmp = tempfile.mkdtemp(prefix="ds-fuzz-seeds.")
     try:
         models = seeds_models(tmp)
