@@ -30,8 +30,8 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "x86.h"
 
-#define AI static inline __attribute__((always_inline))
 #define TM 16   /* activation rows per tile */
 
 /* GCC 12's _tile_loadconfig and _tile_loadd do not tell the compiler

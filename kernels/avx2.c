@@ -9,26 +9,27 @@
 
 #include "kernels.h"
 
+#include "x86.h"
+
+/* The int8 steps of x86_q256.h's products (its header says what each
+ * must do). */
+enum { Q_ANY_U8 = 0, Q_DOT16 = 1 };
+static const float q8_bias = 0.0f;
+
 /* u in 0..15: vpmaddubsw's 16-bit pair sums stay below 2*15*127 */
-#define QDOT(acc, u, s) _mm256_add_epi32((acc), _mm256_madd_epi16( \
-	_mm256_maddubs_epi16((u), (s)), _mm256_set1_epi16(1)))
+AI __m256i q_dot(__m256i acc, __m256i u, __m256i s)
+{
+	return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s),
+						       _mm256_set1_epi16(1)));
+}
+
 /* q8: u - 128 in -127..127; the sign trick keeps the pair sums below
  * 2*127*127, and the bias is taken out here, not through the block sums */
-#define Q8DOT(acc, u, s) q8dot((acc), (u), (s))
-#define Q8_BIAS 0.0f
-/* A q4 block, in decode and in the tile: vpmaddubsw's pair sums (at
- * most 2*15*127 = 3810) added in 16 bits over the block's eight nibble
- * vectors (at most 30480, no saturation), then widened by one vpmaddwd:
- * 2 instructions per vector instead of 3 and the same exact sum. */
-#define Q4DOT16(acc, u, s) _mm256_add_epi16((acc), _mm256_maddubs_epi16((u), (s)))
-#define Q4DOT16_WIDEN(acc) _mm256_madd_epi16((acc), _mm256_set1_epi16(1))
-
-static inline __attribute__((always_inline)) __m256i q8dot(__m256i acc,
-							   __m256i u, __m256i s)
+AI __m256i q8_dot(__m256i acc, __m256i u, __m256i s)
 {
 	__m256i w = _mm256_xor_si256(u, _mm256_set1_epi8((char)0x80));
 
-	return QDOT(acc, _mm256_sign_epi8(w, w), _mm256_sign_epi8(s, w));
+	return q_dot(acc, _mm256_sign_epi8(w, w), _mm256_sign_epi8(s, w));
 }
 
 #include "x86_q256.h"
@@ -746,40 +747,17 @@ static uint64_t read_probe(const uint8_t *p, size_t n)
 	return (uint64_t)_mm256_extract_epi64(a, 0) ^ (uint64_t)_mm256_extract_epi64(a, 3);
 }
 
-/* PEAK_ACC independent accumulators in named registers (an array would
- * be kept in memory) hide each instruction's latency.  int8 as the q4
- * kernel does it (vpmaddubsw + vpmaddwd + vpaddd: 32 products per three
- * instructions); bf16 is widened to fp32 FMA. */
-#define PEAK_ACC 10
-#define KEEP(v) __asm__ volatile("" : "+x"(v))
-/* w is touched every round so the compiler cannot hoist vpmaddubsw,
- * which does not depend on the accumulator, out of the loop */
-#define STEP(A) KEEP(w); A = OP(A); KEEP(A)
-#define PEAK_LOOP(T, init)                                                  \
-	do {                                                                \
-		T a0 = init, a1 = init, a2 = init, a3 = init, a4 = init;     \
-		T a5 = init, a6 = init, a7 = init, a8 = init, a9 = init;     \
-		for (i = 0; i < iters; i++) {                               \
-			STEP(a0); STEP(a1); STEP(a2); STEP(a3); STEP(a4);    \
-			STEP(a5); STEP(a6); STEP(a7); STEP(a8); STEP(a9);    \
-		}                                                           \
-	} while (0)
-
+/* The peaks (x86.h): int8 as the q4 kernel does it (vpmaddubsw +
+ * vpmaddwd + vpaddd: 32 products per three instructions), w touched
+ * every round since vpmaddubsw does not depend on the accumulator; bf16
+ * is widened to fp32 FMA. */
 static uint64_t peak_probe(int kind, uint64_t iters)
 {
-	__m256i w = _mm256_set1_epi8(3), x = _mm256_set1_epi8(5);
-	__m256 fw = _mm256_set1_ps(1.0f), fx = _mm256_set1_ps(1e-9f);
-	uint64_t i;
-
 	if (kind == DS_PEAK_INT8) {
-#define OP(A) QDOT(A, w, x)
-		PEAK_LOOP(__m256i, _mm256_set1_epi32(1));
-#undef OP
+		peak_i256(iters, q_dot, _mm256_set1_epi8(3), _mm256_set1_epi8(5), 1);
 		return iters * PEAK_ACC * 32;
 	}
-#define OP(A) _mm256_fmadd_ps(A, fw, fx)
-	PEAK_LOOP(__m256, _mm256_set1_ps(1.0f));
-#undef OP
+	peak_f256(iters, fma256, _mm256_set1_ps(1.0f), _mm256_set1_ps(1e-9f));
 	return iters * PEAK_ACC * 8;
 }
 

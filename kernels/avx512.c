@@ -15,8 +15,8 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "x86.h"
 
-#define AI static inline __attribute__((always_inline))
 #define TT_MAX 6   /* activation rows per tile (register budget) */
 /* bytes of weights prefetched ahead when one activation row streams them */
 #define PF_AHEAD 4096
@@ -57,17 +57,6 @@ AI __mmask16 row_mask(const ds_mat *w, size_t rs)
 
 	return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
 }
-
-/* Call fn(..., nt) with nt a compile-time constant 1..TT_MAX. */
-#define TILE_SWITCH(nt, call)                                               \
-	switch (nt) {                                                       \
-	case 1: call(1); break;                                             \
-	case 2: call(2); break;                                             \
-	case 3: call(3); break;                                             \
-	case 4: call(4); break;                                             \
-	case 5: call(5); break;                                             \
-	default: call(6); break;                                            \
-	}
 
 /* e^x, |relative error| < 2e-7 (degree-7 Taylor on |r| <= ln2/2). */
 AI __m512 exp512(__m512 x)
@@ -501,6 +490,22 @@ AI void vecs(const ds_mat *w, const ds_act *x, float *y, size_t rs0,
 		vec_call(w, rs, 1, x, y, kind, 1, sp);
 }
 
+/* q_tile with its tile of nt rows a compile-time constant: two row-sets
+ * by up to 4 rows, or one by up to TT_MAX. */
+AI void q_tile_n(const ds_mat *w, const uint8_t *p, const ds_act *x, size_t t,
+		 float *yr, size_t ldy, __mmask16 m, __mmask16 m1, const int is4,
+		 const int R, size_t nt)
+{
+	switch (nt < (R == 2 ? 4u : (size_t)TT_MAX) ? nt : R == 2 ? 4 : TT_MAX) {
+	case 1: q_tile(w, p, x, t, yr, ldy, m, m1, is4, R, 1); break;
+	case 2: q_tile(w, p, x, t, yr, ldy, m, m1, is4, R, 2); break;
+	case 3: q_tile(w, p, x, t, yr, ldy, m, m1, is4, R, 3); break;
+	case 4: q_tile(w, p, x, t, yr, ldy, m, m1, is4, R, 4); break;
+	case 5: q_tile(w, p, x, t, yr, ldy, m, m1, is4, 1, 5); break;
+	default: q_tile(w, p, x, t, yr, ldy, m, m1, is4, 1, 6); break;
+	}
+}
+
 /* Row-sets in pairs while there are two, activation rows in tiles; sp:
  * the decode streams' profile (STREAMS, PF). */
 AI void q_mm(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
@@ -520,24 +525,13 @@ AI void q_mm(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
 		if (rs + 1 < rs1) {
 			__mmask16 m1 = row_mask(w, rs + 1);
 
-			for (t = 0; t < x->t; t += 4) {
-#define CALL(n) q_tile(w, p, x, t, yr, ldy, m, m1, is4, 2, n)
-				switch (x->t - t) {
-				case 1: CALL(1); break;
-				case 2: CALL(2); break;
-				case 3: CALL(3); break;
-				default: CALL(4); break;
-				}
-#undef CALL
-			}
+			for (t = 0; t < x->t; t += 4)
+				q_tile_n(w, p, x, t, yr, ldy, m, m1, is4, 2, x->t - t);
 			rs++;
 			continue;
 		}
-		for (t = 0; t < x->t; t += TT_MAX) {
-#define CALL(n) q_tile(w, p, x, t, yr, ldy, m, 0, is4, 1, n)
-			TILE_SWITCH(x->t - t, CALL)
-#undef CALL
-		}
+		for (t = 0; t < x->t; t += TT_MAX)
+			q_tile_n(w, p, x, t, yr, ldy, m, 0, is4, 1, x->t - t);
 	}
 }
 
@@ -608,6 +602,20 @@ AI void bf16_vec(const ds_mat *w, const uint8_t *rs, size_t sets, const ds_act *
 		stm(y + DS_ROWSET * sets * r, m[r], _mm512_add_ps(a0[r], a1[r]));
 }
 
+/* bf16_tile with nt a compile-time constant 1..TT_MAX. */
+AI void bf16_tile_n(const ds_mat *w, const uint8_t *p, const ds_act *x, size_t t,
+		    float *yr, size_t ldy, __mmask16 m, size_t nt)
+{
+	switch (nt) {
+	case 1: bf16_tile(w, p, x, t, yr, ldy, m, 1); break;
+	case 2: bf16_tile(w, p, x, t, yr, ldy, m, 2); break;
+	case 3: bf16_tile(w, p, x, t, yr, ldy, m, 3); break;
+	case 4: bf16_tile(w, p, x, t, yr, ldy, m, 4); break;
+	case 5: bf16_tile(w, p, x, t, yr, ldy, m, 5); break;
+	default: bf16_tile(w, p, x, t, yr, ldy, m, 6); break;
+	}
+}
+
 AI void bf16_mm(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
 		size_t rs0, size_t rs1, const int sp)
 {
@@ -619,31 +627,50 @@ AI void bf16_mm(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
 	}
 	for (rs = rs0; rs < rs1; rs++) {
 		const uint8_t *p = w->data + rs * w->rs_bytes;
-		float *yr = y + rs * DS_ROWSET;
-		__mmask16 m = row_mask(w, rs);
 
-		for (t = 0; t < x->t; t += TT_MAX) {
-#define CALL(n) bf16_tile(w, p, x, t, yr, ldy, m, n)
-			TILE_SWITCH(x->t - t, CALL)
-#undef CALL
-		}
+		for (t = 0; t < x->t; t += TT_MAX)
+			bf16_tile_n(w, p, x, t, y + rs * DS_ROWSET, ldy, row_mask(w, rs),
+				    x->t - t);
 	}
 }
 
 /* The q4, q8 and bf16 products of this table (static) and of the AMX
- * table (x: decode with the AMX Xeons' streams), one code each. */
-#define MM_FN(scope, name, call)                                              \
-	scope void name(const ds_mat *w, const ds_act *x, float *y, size_t ldy, \
-			size_t rs0, size_t rs1)                               \
-	{                                                                     \
-		call;                                                         \
-	}
-MM_FN(static, mm_q4, q_mm(w, x, y, ldy, rs0, rs1, 1, 0))
-MM_FN(static, mm_q8, q_mm(w, x, y, ldy, rs0, rs1, 0, 0))
-MM_FN(static, mm_bf16, bf16_mm(w, x, y, ldy, rs0, rs1, 0))
-MM_FN(, ds_avx512x_mm_q4, q_mm(w, x, y, ldy, rs0, rs1, 1, 1))
-MM_FN(, ds_avx512x_mm_q8, q_mm(w, x, y, ldy, rs0, rs1, 0, 1))
-MM_FN(, ds_avx512x_mm_bf16, bf16_mm(w, x, y, ldy, rs0, rs1, 1))
+ * table (ds_avx512x_*: decode with the AMX Xeons' streams). */
+static void mm_q4(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
+		  size_t rs0, size_t rs1)
+{
+	q_mm(w, x, y, ldy, rs0, rs1, 1, 0);
+}
+
+static void mm_q8(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
+		  size_t rs0, size_t rs1)
+{
+	q_mm(w, x, y, ldy, rs0, rs1, 0, 0);
+}
+
+static void mm_bf16(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
+		    size_t rs0, size_t rs1)
+{
+	bf16_mm(w, x, y, ldy, rs0, rs1, 0);
+}
+
+void ds_avx512x_mm_q4(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
+		      size_t rs0, size_t rs1)
+{
+	q_mm(w, x, y, ldy, rs0, rs1, 1, 1);
+}
+
+void ds_avx512x_mm_q8(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
+		      size_t rs0, size_t rs1)
+{
+	q_mm(w, x, y, ldy, rs0, rs1, 0, 1);
+}
+
+void ds_avx512x_mm_bf16(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
+			size_t rs0, size_t rs1)
+{
+	bf16_mm(w, x, y, ldy, rs0, rs1, 1);
+}
 
 /* ---- f32 / f16, row-major: dot products, 4 rows by up to 4 x rows ------- */
 
@@ -1276,42 +1303,80 @@ static uint64_t read_probe(const uint8_t *p, size_t n)
 								 _mm512_xor_si512(c, d)));
 }
 
-/* PEAK_ACC independent accumulators in named registers (an array would
- * be kept in memory) hide each instruction's latency. */
-#define PEAK_ACC 10
-#define KEEP(v) __asm__ volatile("" : "+v"(v))
-#define STEP(A) A = OP(A); KEEP(A)
-#define PEAK_LOOP(T, init)                                                  \
-	do {                                                                \
-		T a0 = init, a1 = init, a2 = init, a3 = init, a4 = init;     \
-		T a5 = init, a6 = init, a7 = init, a8 = init, a9 = init;     \
-		for (i = 0; i < iters; i++) {                               \
-			STEP(a0); STEP(a1); STEP(a2); STEP(a3); STEP(a4);    \
-			STEP(a5); STEP(a6); STEP(a7); STEP(a8); STEP(a9);    \
-		}                                                           \
-	} while (0)
+/* The peaks: x86.h's loop over 512-bit steps. */
+typedef __m512i peak_i512_fn(__m512i acc, __m512i w, __m512i x);
+typedef __m512 peak_f512_fn(__m512 acc, __m512 w, __m512 x);
+
+AI void keep_i512(__m512i *v)
+{
+	__asm__ volatile("" : "+v"(*v));
+}
+
+AI void keep_f512(__m512 *v)
+{
+	__asm__ volatile("" : "+v"(*v));
+}
+
+AI void peak_i512(uint64_t iters, peak_i512_fn *op, __m512i w, __m512i x)
+{
+	__m512i a0 = _mm512_set1_epi32(1), a1 = a0, a2 = a0, a3 = a0, a4 = a0;
+	__m512i a5 = a0, a6 = a0, a7 = a0, a8 = a0, a9 = a0;
+	__m512i *acc[PEAK_ACC] = { &a0, &a1, &a2, &a3, &a4, &a5, &a6, &a7, &a8, &a9 };
+	uint64_t i;
+	int j;
+
+	for (i = 0; i < iters; i++)
+		#pragma GCC unroll 10
+		for (j = 0; j < PEAK_ACC; j++) {
+			*acc[j] = op(*acc[j], w, x);
+			keep_i512(acc[j]);
+		}
+}
+
+AI void peak_f512(uint64_t iters, peak_f512_fn *op, __m512 w, __m512 x)
+{
+	__m512 a0 = _mm512_set1_ps(1.0f), a1 = a0, a2 = a0, a3 = a0, a4 = a0;
+	__m512 a5 = a0, a6 = a0, a7 = a0, a8 = a0, a9 = a0;
+	__m512 *acc[PEAK_ACC] = { &a0, &a1, &a2, &a3, &a4, &a5, &a6, &a7, &a8, &a9 };
+	uint64_t i;
+	int j;
+
+	for (i = 0; i < iters; i++)
+		#pragma GCC unroll 10
+		for (j = 0; j < PEAK_ACC; j++) {
+			*acc[j] = op(*acc[j], w, x);
+			keep_f512(acc[j]);
+		}
+}
+
+AI __m512i dpbusd512(__m512i acc, __m512i w, __m512i x)
+{
+	return _mm512_dpbusd_epi32(acc, w, x);
+}
+
+AI __m512 dpbf16_512(__m512 acc, __m512 w, __m512 x)
+{
+	return _mm512_dpbf16_ps(acc, (__m512bh)w, (__m512bh)x);
+}
+
+AI __m512 fma512(__m512 acc, __m512 w, __m512 x)
+{
+	return _mm512_fmadd_ps(acc, w, x);
+}
 
 uint64_t ds_avx512_peak_probe(int kind, uint64_t iters)
 {
 	__m512i w = _mm512_set1_epi8(3), x = _mm512_set1_epi8(5);
-	__m512 fw = _mm512_set1_ps(1.0f), fx = _mm512_set1_ps(1e-9f);
-	uint64_t i;
 
 	if (kind == DS_PEAK_INT8) {
-#define OP(A) _mm512_dpbusd_epi32(A, w, x)
-		PEAK_LOOP(__m512i, _mm512_set1_epi32(1));
-#undef OP
+		peak_i512(iters, dpbusd512, w, x);
 		return iters * PEAK_ACC * 64;
 	}
 	if (kind == DS_PEAK_BF16) {
-#define OP(A) _mm512_dpbf16_ps(A, (__m512bh)w, (__m512bh)x)
-		PEAK_LOOP(__m512, _mm512_set1_ps(1.0f));
-#undef OP
+		peak_f512(iters, dpbf16_512, _mm512_castsi512_ps(w), _mm512_castsi512_ps(x));
 		return iters * PEAK_ACC * 32;
 	}
-#define OP(A) _mm512_fmadd_ps(A, fw, fx)
-	PEAK_LOOP(__m512, _mm512_set1_ps(1.0f));
-#undef OP
+	peak_f512(iters, fma512, _mm512_set1_ps(1.0f), _mm512_set1_ps(1e-9f));
 	return iters * PEAK_ACC * 16;
 }
 

@@ -9,42 +9,33 @@
 
 #include "kernels.h"
 
-#define QDOT(acc, u, s) _mm256_dpbusd_avx_epi32((acc), (u), (s))
-#define Q8DOT(acc, u, s) _mm256_dpbusd_avx_epi32((acc), (u), (s))
-#define Q8_BIAS 128.0f
-#define QDOT_ANY_U8   /* vpdpbusd: no 16-bit intermediate to saturate */
+#include "x86.h"
+
+/* The int8 steps of x86_q256.h's products: vpdpbusd takes any u8, so q8
+ * keeps its bias (removed through the block sums). */
+enum { Q_ANY_U8 = 1, Q_DOT16 = 0 };
+static const float q8_bias = 128.0f;
+
+AI __m256i q_dot(__m256i acc, __m256i u, __m256i s)
+{
+	return _mm256_dpbusd_avx_epi32(acc, u, s);
+}
+
+AI __m256i q8_dot(__m256i acc, __m256i u, __m256i s)
+{
+	return _mm256_dpbusd_avx_epi32(acc, u, s);
+}
+
 #include "x86_q256.h"
 
-/* PEAK_ACC independent accumulators in named registers (an array would
- * be kept in memory) hide each instruction's latency. */
-#define PEAK_ACC 10
-#define KEEP(v) __asm__ volatile("" : "+x"(v))
-#define STEP(A) A = OP(A); KEEP(A)
-#define PEAK_LOOP(T, init)                                                  \
-	do {                                                                \
-		T a0 = init, a1 = init, a2 = init, a3 = init, a4 = init;     \
-		T a5 = init, a6 = init, a7 = init, a8 = init, a9 = init;     \
-		for (i = 0; i < iters; i++) {                               \
-			STEP(a0); STEP(a1); STEP(a2); STEP(a3); STEP(a4);    \
-			STEP(a5); STEP(a6); STEP(a7); STEP(a8); STEP(a9);    \
-		}                                                           \
-	} while (0)
-
+/* The peaks (x86.h). */
 static uint64_t peak_probe(int kind, uint64_t iters)
 {
-	__m256i w = _mm256_set1_epi8(3), x = _mm256_set1_epi8(5);
-	__m256 fw = _mm256_set1_ps(1.0f), fx = _mm256_set1_ps(1e-9f);
-	uint64_t i;
-
 	if (kind == DS_PEAK_INT8) {
-#define OP(A) _mm256_dpbusd_avx_epi32(A, w, x)
-		PEAK_LOOP(__m256i, _mm256_set1_epi32(1));
-#undef OP
+		peak_i256(iters, q_dot, _mm256_set1_epi8(3), _mm256_set1_epi8(5), 0);
 		return iters * PEAK_ACC * 32;
 	}
-#define OP(A) _mm256_fmadd_ps(A, fw, fx)
-	PEAK_LOOP(__m256, _mm256_set1_ps(1.0f));
-#undef OP
+	peak_f256(iters, fma256, _mm256_set1_ps(1.0f), _mm256_set1_ps(1e-9f));
 	return iters * PEAK_ACC * 8;
 }
 

@@ -1,42 +1,73 @@
 /*
  * x86_q256.h - the 256-bit q4 and q8 matrix kernels, shared by avx2.c
  * (int8 dot products by vpmaddubsw + vpmaddwd) and avxvnni.c (vpdpbusd).
- * The includer defines
- *   QDOT(acc, u, s)   acc + the sum of 4 u8 x s8 products per 32-bit lane
- *                     (u in 0..15 here, so vpmaddubsw cannot saturate)
- *   Q8DOT(acc, u, s)  acc + sum (u - Q8_BIAS') products per lane for the
- *                     biased q8 weights u in 1..255
- *   Q8_BIAS           128 if Q8DOT leaves the bias in (it is then removed
- *                     through the block sums), 0 if it takes it out itself
+ * The includer defines, before including this file:
+ *   q_dot(acc, u, s)   acc + the sum of 4 u8 x s8 products per 32-bit lane
+ *                      (u in 0..15 here, so vpmaddubsw cannot saturate)
+ *   q8_dot(acc, u, s)  acc + sum (u - q8_bias) products per lane for the
+ *                      biased q8 weights u in 1..255
+ *   q8_bias            128 if q8_dot leaves the bias in (it is then
+ *                      removed through the block sums), 0 if it takes
+ *                      it out itself
+ *   Q_ANY_U8           1 if q_dot takes any u8 (vpdpbusd: no 16-bit
+ *                      intermediate to saturate)
+ *   Q_DOT16            1 to sum a q4 block's vpmaddubsw pairs in 16 bits
+ *                      and widen once per block (q4_dot16)
  * A row-set's 64-byte chunk is two vectors: rows 0-7 and rows 8-15.
  */
-#define AI static inline __attribute__((always_inline))
+#include "x86.h"
+
 #define QTT_MAX 2   /* activation rows per tile: 16 ymm registers */
 
-/* A q4 chunk's high nibbles for QDOT, and their sum as the low nibbles'
+/* A q4 block, in decode and in the tile, where Q_DOT16: vpmaddubsw's
+ * pair sums (at most 2*15*127 = 3810) added in 16 bits over the block's
+ * eight nibble vectors (at most 30480, no saturation), then widened by
+ * one vpmaddwd: 2 instructions per vector instead of 3, the same sum. */
+AI __m256i q4_dot16(__m256i acc, __m256i u, __m256i s)
+{
+	return _mm256_add_epi16(acc, _mm256_maddubs_epi16(u, s));
+}
+
+AI __m256i q4_widen(__m256i acc)
+{
+	return _mm256_madd_epi16(acc, _mm256_set1_epi16(1));
+}
+
+/* A q4 chunk's high nibbles for q_dot, and their sum as the low nibbles'
  * scale: in place (16 q: one AND, the factor divided out of the exact
- * sum) where QDOT takes any u8, shifted down where it must stay small. */
-#ifdef QDOT_ANY_U8
-#define Q4_HI(v) _mm256_and_si256((v), _mm256_set1_epi8((char)0xf0))
-#define Q4_HI_SUM(d) _mm256_srai_epi32((d), 4)
-#else
-#define Q4_HI(v) _mm256_and_si256(_mm256_srli_epi16((v), 4), _mm256_set1_epi8(15))
-#define Q4_HI_SUM(d) (d)
-#endif
-/* A q4 block's dot products where the includer has Q4DOT16 (16-bit pair
- * sums added up, widened once per block) or else QDOT's 32-bit ones:
- * Q4T accumulates, Q4T_SUM the tile's one sum per row as 32 bits,
- * Q4_SUM the block total of decode's two (low and high nibbles, each at
- * most 4 x 3810 with Q4DOT16: their 16-bit sum cannot saturate). */
-#ifdef Q4DOT16
-#define Q4T(acc, u, s) Q4DOT16(acc, u, s)
-#define Q4T_SUM(acc) Q4DOT16_WIDEN(acc)
-#define Q4_SUM(lo, hi) Q4DOT16_WIDEN(_mm256_add_epi16((lo), (hi)))
-#else
-#define Q4T(acc, u, s) QDOT(acc, u, s)
-#define Q4T_SUM(acc) (acc)
-#define Q4_SUM(lo, hi) _mm256_add_epi32((lo), Q4_HI_SUM(hi))
-#endif
+ * sum) where q_dot takes any u8, shifted down where it must stay small. */
+AI __m256i q4_hi(__m256i v)
+{
+	if (Q_ANY_U8)
+		return _mm256_and_si256(v, _mm256_set1_epi8((char)0xf0));
+	return _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(15));
+}
+
+AI __m256i q4_hi_sum(__m256i d)
+{
+	return Q_ANY_U8 ? _mm256_srai_epi32(d, 4) : d;
+}
+
+/* A q4 block's dot products: q4t accumulates, q4t_sum the tile's one sum
+ * per row as 32 bits, q4_sum the block total of decode's two (low and
+ * high nibbles, each at most 4 x 3810 with Q_DOT16: their 16-bit sum
+ * cannot saturate). */
+AI __m256i q4t(__m256i acc, __m256i u, __m256i s)
+{
+	return Q_DOT16 ? q4_dot16(acc, u, s) : q_dot(acc, u, s);
+}
+
+AI __m256i q4t_sum(__m256i acc)
+{
+	return Q_DOT16 ? q4_widen(acc) : acc;
+}
+
+AI __m256i q4_sum(__m256i lo, __m256i hi)
+{
+	if (Q_DOT16)
+		return q4_widen(_mm256_add_epi16(lo, hi));
+	return _mm256_add_epi32(lo, q4_hi_sum(hi));
+}
 
 AI __m256i q_bcast32(const void *p)
 {
@@ -105,13 +136,13 @@ AI void q_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
 						const int8_t *xq = x->q + (t0 + t) * x->ldq + k;
 
 						if (is4) {
-							d[t][h] = Q4T(d[t][h], _mm256_and_si256(wv, m4),
+							d[t][h] = q4t(d[t][h], _mm256_and_si256(wv, m4),
 								      q_bcast32(xq + 8 * c));
-							d[t][h] = Q4T(d[t][h],
+							d[t][h] = q4t(d[t][h],
 								_mm256_and_si256(_mm256_srli_epi16(wv, 4), m4),
 								q_bcast32(xq + 8 * c + 4));
 						} else {
-							d[t][h] = Q8DOT(d[t][h], wv, q_bcast32(xq + 4 * c));
+							d[t][h] = q8_dot(d[t][h], wv, q_bcast32(xq + 4 * c));
 						}
 					}
 				}
@@ -123,7 +154,7 @@ AI void q_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
 
 				#pragma GCC unroll 8
 				for (h = 0; h < 2; h++)
-					A[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is4 ? Q4T_SUM(d[t][h])
+					A[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is4 ? q4t_sum(d[t][h])
 											  : d[t][h]), db, A[t][h]);
 				S[t] += x->qs[b];
 			}
@@ -132,7 +163,7 @@ AI void q_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
 		for (h = 0; h < 2; h++) {
 			__m256 s = _mm256_cvtph_ps(_mm_loadu_si128((const void *)(rs + ds_qgrp_s(is4, G, g) +
 										 16 * h)));
-			__m256 z = is4 ? q_zero8(rs + ds_qgrp_z(G, ng, g) + 8 * h) : _mm256_set1_ps(Q8_BIAS);
+			__m256 z = is4 ? q_zero8(rs + ds_qgrp_z(G, ng, g) + 8 * h) : _mm256_set1_ps(q8_bias);
 
 			#pragma GCC unroll 8
 			for (t = 0; t < TT; t++)
@@ -236,16 +267,16 @@ AI void q_vec(const ds_mat *w, size_t rs0, size_t sets, const ds_act *x,
 							(gw + r * rsb + wb * k + 64 * c + 32 * h));
 
 						if (is4) {
-							dl[r] = Q4T(dl[r], _mm256_and_si256(wv, m4), b0);
-							dh[r] = Q4T(dh[r], Q4_HI(wv), b1);
+							dl[r] = q4t(dl[r], _mm256_and_si256(wv, m4), b0);
+							dh[r] = q4t(dh[r], q4_hi(wv), b1);
 						} else {
-							dl[r] = Q8DOT(dl[r], wv, b0);
+							dl[r] = q8_dot(dl[r], wv, b0);
 						}
 					}
 				}
 				#pragma GCC unroll 2
 				for (r = 0; r < R; r++)
-					A[r][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is4 ? Q4_SUM(dl[r], dh[r]) : dl[r]),
+					A[r][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is4 ? q4_sum(dl[r], dh[r]) : dl[r]),
 						_mm256_set1_ps(x->qd[k / DS_QBLOCK]), A[r][h]);
 			}
 			S += x->qs[k / DS_QBLOCK];
@@ -257,7 +288,7 @@ AI void q_vec(const ds_mat *w, size_t rs0, size_t sets, const ds_act *x,
 				__m256 s = _mm256_cvtph_ps(_mm_loadu_si128((const void *)
 					(rs + r * rsb + ds_qgrp_s(is4, G, g) + 16 * h)));
 				__m256 z = is4 ? q_zero8(rs + r * rsb + ds_qgrp_z(G, ng, g) + 8 * h)
-					       : _mm256_set1_ps(Q8_BIAS);
+					       : _mm256_set1_ps(q8_bias);
 
 				acc[r][h] = _mm256_fmadd_ps(s, _mm256_fnmadd_ps(z, _mm256_set1_ps(S),
 										A[r][h]), acc[r][h]);
