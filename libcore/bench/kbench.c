@@ -631,7 +631,7 @@ out:
 
 static int bench_open(bench *b, const ds_kbench_opts *o, int threads, ds_err *err)
 {
-	ds_pool_opts po = { threads, o->cpus, 0 };
+	ds_pool_opts po = { .threads = threads, .cpus = o->cpus };
 	ds_ctx_cfg cfg;
 
 	memset(&cfg, 0, sizeof cfg);

@@ -116,7 +116,7 @@ static int decode(mb *b, uint32_t n, double *sec, ds_err *err)
 	t0 = ds_now_s();
 	for (i = 0; i < n; i++) {
 		int32_t tok = (int32_t)rnd(b, nv), pos = (int32_t)i;
-		ds_batch bt = { 1, &tok, &pos, b->seq, NULL };
+		ds_batch bt = { .n = 1, .token = &tok, .pos = &pos, .seq = b->seq };
 
 		if (ds_fwd_decode(b->f, &b->kv, &bt, err))
 			return -1;
@@ -246,8 +246,8 @@ static int no_decode(const ds_mbench_opts *o)
 
 static int threads_open(mb *b, int threads, ds_err *err)
 {
-	ds_pool_opts po = { threads, b->o->cpus, 0 };
-	ds_fwd_opts fo = { b->ubatch };
+	ds_pool_opts po = { .threads = threads, .cpus = b->o->cpus };
+	ds_fwd_opts fo = { .max_batch = b->ubatch };
 	int probe;
 
 	if (ds_pool_init(&b->pool, &po, err) ||
@@ -319,7 +319,7 @@ static int load(mb *b, ds_placement *pl, ds_err *err)
 {
 	const ds_mbench_opts *o = b->o;
 	ds_mbench_model *mm = o->model;
-	ds_pool_opts po = { 1, o->cpus, 0 };
+	ds_pool_opts po = { .threads = 1, .cpus = o->cpus };
 	char warn[256];
 	double t0, share;
 	int i, rc;
@@ -356,8 +356,8 @@ static int load(mb *b, ds_placement *pl, ds_err *err)
 /* Model bytes and active bytes come from a forward's own account. */
 static int model_bytes(mb *b, ds_err *err)
 {
-	ds_pool_opts po = { 1, NULL, 0 };
-	ds_fwd_opts fo = { 1 };
+	ds_pool_opts po = { .threads = 1 };
+	ds_fwd_opts fo = { .max_batch = 1 };
 	ds_fwd_info fi;
 
 	if (ds_pool_init(&b->pool, &po, err))

@@ -172,7 +172,7 @@ int ds_synth_hparams(const char *name, uint32_t layers, ds_hparams *hp,
 /* The runtime type of table entry d when the matrices are t. */
 static ds_ttype tensor_type(const ds_tdesc *d, ds_ttype t)
 {
-	ds_ttype f32 = { DS_F32, 0 }, bf16 = { DS_BF16, 0 };
+	ds_ttype f32 = { .dt = DS_F32 }, bf16 = { .dt = DS_BF16 };
 
 	if (d->kind == DS_TK_VECTOR || d->kind == DS_TK_ROUTER)
 		return f32;

@@ -10,7 +10,10 @@
 /* x += down(silu(gate(h)) * up(h)),  h = RMSNorm(x; ffn_norm) */
 static void ffn_dense(ds_fwd *f, const ds_layer *L, size_t T)
 {
-	ds_in in = { f->x, 0, T, L->ffn_norm, (float)f->hp->norm_eps };
+	ds_in in = {
+		.x = f->x, .t = T, .norm = L->ffn_norm,
+		.eps = (float)f->hp->norm_eps
+	};
 
 	ds_ffn(&f->ctx, &L->ffn_gate, &L->ffn_up, &L->ffn_down, &in, f->h, 0, f->x);
 }
@@ -22,7 +25,7 @@ static void ffn_moe(ds_fwd *f, const ds_layer *L, size_t T)
 	const ds_hparams *hp = f->hp;
 	size_t H = hp->n_embd;
 	ds_router r = f->router;
-	ds_in in = { f->h, 0, T, NULL, 0 };
+	ds_in in = { .x = f->h, .t = T };
 
 	ds_rmsnorm(&f->ctx, f->x, 0, L->ffn_norm, (float)hp->norm_eps, T, H,
 		   f->h, 0);
@@ -48,8 +51,8 @@ void ds_blk_ffn(ds_fwd *f, const ds_layer *L, size_t T)
 
 void ds_blk_out(ds_fwd *f, const ds_mat *wo, const float *o, size_t T)
 {
-	ds_in in = { o, wo->k, T, NULL, 0 };
-	ds_mm_out out = { wo, f->h, wo->n, f->x, 0 };
+	ds_in in = { .x = o, .ld = wo->k, .t = T };
+	ds_mm_out out = { .w = wo, .y = f->h, .ldy = wo->n, .res = f->x };
 
 	/* x += o W_o^T, each part added by the thread that computed it */
 	ds_matmul_many(&f->ctx, &in, &out, 1);
@@ -101,7 +104,10 @@ void ds_blk_gqa(ds_fwd *f, ds_kvcache *kv, uint32_t layer, size_t T)
 	ds_kv kc, vc;
 
 	if (f->n_runs == 1) {
-		ds_attn_rows in = { &f->rope, f->q, f->k, f->v, nkv * hd, hd, f->rope1 };
+		ds_attn_rows in = {
+			.rope = &f->rope, .q = f->q, .k = f->k, .v = f->v,
+			.ld = nkv * hd, .hs = hd, .cs = f->rope1
+		};
 
 		gqa_run(f, kv, layer, &f->runs[0], &in);
 		return;

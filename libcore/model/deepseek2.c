@@ -22,17 +22,27 @@
 static void mla_project(ds_fwd *f, const ds_layer *L, size_t T)
 {
 	const ds_hparams *hp = f->hp;
-	ds_in in = { f->x, 0, T, L->attn_norm, (float)hp->norm_eps };
+	ds_in in = {
+		.x = f->x, .t = T, .norm = L->attn_norm,
+		.eps = (float)hp->norm_eps
+	};
 
 	if (hp->q_lora_rank) {
-		ds_mm_out a[2] = { { &L->wq_a, f->qa, 0, NULL, 0 }, { &L->wkv_a, f->k, 0, NULL, 0 } };
-		ds_in qin = { f->qa, 0, T, L->q_a_norm, DS_LORA_EPS };
-		ds_mm_out b = { &L->wq_b, f->q, 0, NULL, 0 };
+		ds_mm_out a[2] = {
+			{ .w = &L->wq_a, .y = f->qa }, { .w = &L->wkv_a, .y = f->k },
+		};
+		ds_in qin = {
+			.x = f->qa, .t = T, .norm = L->q_a_norm,
+			.eps = DS_LORA_EPS
+		};
+		ds_mm_out b = { .w = &L->wq_b, .y = f->q };
 
 		ds_matmul_many(&f->ctx, &in, a, 2);
 		ds_matmul_many(&f->ctx, &qin, &b, 1);
 	} else {
-		ds_mm_out a[2] = { { &L->wq, f->q, 0, NULL, 0 }, { &L->wkv_a, f->k, 0, NULL, 0 } };
+		ds_mm_out a[2] = {
+			{ .w = &L->wq, .y = f->q }, { .w = &L->wkv_a, .y = f->k },
+		};
 
 		ds_matmul_many(&f->ctx, &in, a, 2);
 	}

@@ -493,8 +493,11 @@ static int batch_prepare(ds_fwd *f, ds_kvcache *kv, const ds_batch *b,
 static void head(ds_fwd *f)
 {
 	size_t i, H = f->hp->n_embd;
-	ds_in in = { f->xo, 0, f->n_out, f->out_norm, (float)f->hp->norm_eps };
-	ds_mm_out o = { &f->output, f->logits, 0, NULL, 0 };
+	ds_in in = {
+		.x = f->xo, .t = f->n_out, .norm = f->out_norm,
+		.eps = (float)f->hp->norm_eps
+	};
+	ds_mm_out o = { .w = &f->output, .y = f->logits };
 
 	if (f->n_out == 0)
 		return;

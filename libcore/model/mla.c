@@ -29,7 +29,7 @@
  * becomes bf16 (exact for bf16 checkpoints). */
 ds_ttype ds_mla_derived_type(ds_ttype kv_b)
 {
-	ds_ttype b = { DS_BF16, 0 };
+	ds_ttype b = { .dt = DS_BF16 };
 
 	return kv_b.dt == DS_F32 || kv_b.dt == DS_F16 ? kv_b : b;
 }

@@ -102,7 +102,7 @@ int ds_model_place(ds_model *m, ds_pool *pool, int hugepages,
 	if (base == NULL)
 		return 0;
 	if (hugepages) {
-		copy_job j = { NULL, base, bytes };
+		copy_job j = { .src = base, .bytes = bytes };
 
 		if (huge_map(pl, bytes, warn, warn_len, err))
 			return -1;

@@ -20,9 +20,13 @@ void ds_qwen2_layers(ds_fwd *f, ds_kvcache *kv, size_t T)
 
 	for (i = 0; i < hp->n_layer; i++) {
 		const ds_layer *L = &f->layers[i];
-		ds_in in = { f->x, 0, T, L->attn_norm, (float)hp->norm_eps };
+		ds_in in = {
+			.x = f->x, .t = T, .norm = L->attn_norm,
+			.eps = (float)hp->norm_eps
+		};
 		ds_mm_out qkv[3] = {
-			{ &L->wq, f->q, 0, NULL, 0 }, { &L->wk, f->k, 0, NULL, 0 }, { &L->wv, f->v, 0, NULL, 0 }
+			{ .w = &L->wq, .y = f->q }, { .w = &L->wk, .y = f->k },
+			{ .w = &L->wv, .y = f->v },
 		};
 
 		ds_matmul_many(&f->ctx, &in, qkv, 3);

@@ -150,7 +150,10 @@ void ds_rope_apply(ds_ctx *c, const ds_rope *r, float *x, size_t ldx,
 		   size_t t, size_t nh, size_t hs, const int32_t *pos,
 		   size_t pos0)
 {
-	struct rope_job j = { c, r, x, ldx ? ldx : nh * hs, nh, hs, pos0, pos };
+	struct rope_job j = {
+		.c = c, .r = r, .x = x, .ldx = ldx ? ldx : nh * hs, .nh = nh,
+		.hs = hs, .pos0 = pos0, .pos = pos
+	};
 
 	DS_ASSERT(r->dim <= c->cfg.max_rope && r->dim <= hs);
 	ops_rows(c, t, nh * r->dim * 4, rope_rows, &j);
@@ -181,7 +184,10 @@ static void kv_rows(void *arg, size_t r0, size_t r1, int ith)
 void ds_kv_write(ds_ctx *c, const ds_kv *kv, const float *x, size_t ldx,
 		 size_t hs, size_t nh, size_t t, size_t pos0)
 {
-	struct kv_job j = { c, kv, x, ldx ? ldx : nh * hs, hs, nh, pos0 };
+	struct kv_job j = {
+		.c = c, .kv = kv, .x = x, .ldx = ldx ? ldx : nh * hs, .hs = hs,
+		.nh = nh, .pos0 = pos0
+	};
 
 	DS_ASSERT(kv->type != DS_KV_Q8 || kv->dim % DS_QBLOCK == 0);
 	ops_rows(c, t, nh * kv->dim, kv_rows, &j);
@@ -304,7 +310,7 @@ static void attn_fn(void *arg, int ith, int nth)
 
 static void attention(ds_ctx *c, const ds_attn *a, const ds_attn_rows *in, size_t t)
 {
-	struct attn_job j = { c, a, t, 0, 1, 0, in };
+	struct attn_job j = { .c = c, .a = a, .t = t, .sub = 1, .in = in };
 	size_t nth = (size_t)ds_pool_threads(c->pool), base = t * a->n_kv_head;
 
 	DS_ASSERT(a->n_kv_head > 0 && a->n_head % a->n_kv_head == 0);

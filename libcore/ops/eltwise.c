@@ -26,7 +26,10 @@ static void norm_rows(void *arg, size_t r0, size_t r1, int ith)
 void ds_rmsnorm(ds_ctx *c, const float *x, size_t ldx, const float *w,
 		float eps, size_t t, size_t n, float *y, size_t ldy)
 {
-	struct ew e = { c, x, NULL, w, y, ldx ? ldx : n, ldy ? ldy : n, n, eps };
+	struct ew e = {
+		.c = c, .a = x, .w = w, .y = y, .lda = ldx ? ldx : n,
+		.ldy = ldy ? ldy : n, .n = n, .eps = eps
+	};
 
 	ops_rows(c, t, n, norm_rows, &e);
 }
@@ -44,7 +47,7 @@ static void add_rows(void *arg, size_t r0, size_t r1, int ith)
 
 void ds_add(ds_ctx *c, const float *a, const float *b, size_t n, float *y)
 {
-	struct ew e = { c, a, b, NULL, y, 0, 0, n, 0 };
+	struct ew e = { .c = c, .a = a, .b = b, .y = y, .n = n };
 
 	ops_rows(c, (n + SLICE - 1) / SLICE, SLICE, add_rows, &e);
 }
@@ -62,7 +65,7 @@ static void bias_rows(void *arg, size_t r0, size_t r1, int ith)
 void ds_add_bias(ds_ctx *c, float *y, size_t ldy, size_t t, const float *bias,
 		 size_t n)
 {
-	struct ew e = { c, NULL, bias, NULL, y, 0, ldy ? ldy : n, n, 0 };
+	struct ew e = { .c = c, .b = bias, .y = y, .ldy = ldy ? ldy : n, .n = n };
 
 	ops_rows(c, t, n, bias_rows, &e);
 }
@@ -79,7 +82,7 @@ static void softmax_rows(void *arg, size_t r0, size_t r1, int ith)
 
 void ds_softmax(ds_ctx *c, float *x, size_t ld, size_t t, size_t n)
 {
-	struct ew e = { c, NULL, NULL, NULL, x, 0, ld ? ld : n, n, 0 };
+	struct ew e = { .c = c, .y = x, .ldy = ld ? ld : n, .n = n };
 
 	ops_rows(c, t, 4 * n, softmax_rows, &e);
 }

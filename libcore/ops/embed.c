@@ -26,7 +26,10 @@ static void embed_rows(void *arg, size_t r0, size_t r1, int ith)
 int ds_embed(ds_ctx *c, const ds_mat *table, const int32_t *ids, size_t t,
 	     float *y, size_t ldy, ds_err *err)
 {
-	struct embed_job j = { c, table, ids, y, ldy ? ldy : table->k };
+	struct embed_job j = {
+		.c = c, .m = table, .ids = ids, .y = y,
+		.ldy = ldy ? ldy : table->k
+	};
 	size_t i;
 
 	for (i = 0; i < t; i++)

@@ -354,8 +354,8 @@ void ds_matmul_many(ds_ctx *c, const ds_in *in0, const ds_mm_out *out0, int n)
 
 void ds_matmul(ds_ctx *c, const ds_mat *w, const float *x, size_t t, float *y)
 {
-	ds_in in = { x, w->k, t, NULL, 0 };
-	ds_mm_out o = { w, y, w->n, NULL, 0 };
+	ds_in in = { .x = x, .ld = w->k, .t = t };
+	ds_mm_out o = { .w = w, .y = y, .ldy = w->n };
 
 	ds_matmul_many(c, &in, &o, 1);
 }
@@ -687,10 +687,16 @@ void ds_ffn(ds_ctx *c, const ds_mat *gate, const ds_mat *up,
 	for (t0 = 0; t0 < in->t; t0 += rows) {
 		size_t t = in->t - t0 < rows ? in->t - t0 : rows;
 		size_t ld = in->ld ? in->ld : gate->k;
-		ds_in part = { in->x + t0 * ld, ld, t, in->norm, in->eps };
-		ds_in hin = { c->h, ff, t, NULL, 0 };
+		ds_in part = {
+			.x = in->x + t0 * ld, .ld = ld, .t = t,
+			.norm = in->norm, .eps = in->eps
+		};
+		ds_in hin = { .x = c->h, .ld = ff, .t = t };
 		size_t ly = ldy ? ldy : down->n;
-		ds_mm_out o = { down, y + t0 * ly, ly, res ? res + t0 * ly : NULL, ly };
+		ds_mm_out o = {
+			.w = down, .y = y + t0 * ly, .ldy = ly,
+			.res = res ? res + t0 * ly : NULL, .ldr = ly
+		};
 
 		ds_ffn_gate_up(c, gate, up, &part, c->h, ff);
 		ds_matmul_many(c, &hin, &o, 1);

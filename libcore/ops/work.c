@@ -25,7 +25,7 @@ static void rows_run(void *arg, int ith, int nth)
 void ops_rows(ds_ctx *c, size_t rows, size_t work_per_row, rows_fn *fn,
 	      void *arg)
 {
-	struct rows_job j = { fn, arg, rows };
+	struct rows_job j = { .fn = fn, .arg = arg, .rows = rows };
 
 	if (rows <= 1 || rows * work_per_row < (1u << 15) || ds_pool_threads(c->pool) == 1)
 		fn(arg, 0, rows, 0);

@@ -255,7 +255,7 @@ static void setup_numa(ds_pool *p)
 
 int ds_pool_init(ds_pool **pool, const ds_pool_opts *o, ds_err *err)
 {
-	ds_pool_opts def = { 0, NULL, 0 };
+	ds_pool_opts def = { 0 };
 	ds_pool *p;
 	int i, rc;
 

@@ -480,7 +480,7 @@ static enum MHD_Result answer_stream(rctx *q)
 
 static ds_api_limits limits(const ds_srv *s)
 {
-	ds_api_limits l = { s->eng.s.n_vocab, s->eng.s.n_ctx };
+	ds_api_limits l = { .n_vocab = s->eng.s.n_vocab, .n_ctx = s->eng.s.n_ctx };
 
 	return l;
 }
@@ -544,7 +544,10 @@ static enum MHD_Result models(rctx *q)
 static enum MHD_Result metrics(rctx *q)
 {
 	ds_srv *s = q->s;
-	ds_metrics_now g = { atomic_load(&s->ready), 0, 0, s->o.parallel, s->o.queue };
+	ds_metrics_now g = {
+		.ready = atomic_load(&s->ready), .slots = s->o.parallel,
+		.queue_limit = s->o.queue
+	};
 
 	ds_eng_counts(&s->eng, &g.queued, &g.running);
 	return reply(q, 200, "text/plain; version=0.0.4; charset=utf-8",

@@ -264,7 +264,7 @@ static void put_gauges(buf *b, const ds_metrics_now *g, double tps)
 char *ds_metrics_render(ds_metrics *m, const ds_metrics_now *g, double now)
 {
 	static const char *const why[4] = { "length", "stop", "cancelled", "error" };
-	buf b = { malloc(8192), 0, 8192, 0 };
+	buf b = { .s = malloc(8192), .cap = 8192 };
 	int i;
 
 	if (b.s == NULL)
