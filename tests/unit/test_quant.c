@@ -677,7 +677,8 @@ static void test_module_checks(void)
 	ds_st_file file = { (char *)"m.safetensors", "m.safetensors",
 			    { NULL, 0, -1, -1 } };
 	ds_st st = { &file, 1, NULL, 0, NULL, 0 };
-	ds_qconfig q = { DS_QM_AWQ, 4, 64, 1, 0, 0, 0, "config.json", "gemm" };
+	ds_qconfig q = { .method = DS_QM_AWQ, .bits = 4, .group_size = 64,
+			  .zero_point = 1, .file = "config.json", .variant = "gemm" };
 	ds_st_tensor w = mk("p.qweight", DS_ST_I32, 256, 16);
 	ds_st_tensor z = mk("p.qzeros", DS_ST_I32, 4, 16);
 	ds_st_tensor s = mk("p.scales", DS_ST_F16, 4, 128);
