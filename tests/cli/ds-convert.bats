@@ -165,10 +165,14 @@ quant_ok() { # RAW MODEL
 	[ "$(meta "$O.q" 'm["hparams"]["q_lora_rank"], m["hparams"]["n_group"], m["hparams"]["topk_group"], m["hparams"]["topk_method"]')" = "(128, 4, 2, 'group_limited_greedy')" ]
 }
 
-@test "deepseek_v3: noaux_tc router with its bias, the MTP layer skipped" {
+@test "deepseek_v3: noaux_tc router with its bias, the MTP layer kept" {
 	grep -q '"model.layers.3.eh_proj.weight"' "$F/v3/model.safetensors"
 	conv --model-path "$F/v3" --output-dir "$O" --quiet
 	float_ok "$F/v3" "$O"
+	# DeepSeek's MTP embedding and head are copies of the main ones
+	[ "$(meta "$O" 'm["hparams"]["n_mtp"], m["hparams"]["mtp_shares_embd"], m["hparams"]["mtp_shares_head"]')" = "(1, 1, 1)" ]
+	[ "$(meta "$O" '" ".join(t["name"] for t in m["tensors"] if t["name"].startswith("mtp."))')" = "mtp.enorm mtp.hnorm mtp.eh_proj mtp.head_norm" ]
+	[ "$(meta "$O" 'len([t for t in m["tensors"] if t["name"].startswith("blk.3.")])')" -eq 17 ]
 	[ "$(meta "$O" 'm["hparams"]["n_layer"], m["hparams"]["expert_scoring"], m["hparams"]["topk_method"], m["hparams"]["n_group"]')" = "(3, 'sigmoid', 'noaux_tc', 4)" ]
 	[ "$(meta "$O" '[t["type"] + str(t["shape"]) for t in m["tensors"] if t["name"] in ("blk.1.exp_probs_b", "blk.1.ffn_gate_inp")]')" = "['f32[8, 128]', 'f32[8]']" ]
 	[ "$(meta "$O" '[t["shape"] for t in m["tensors"] if t["name"] == "blk.2.ffn_down_exps"][0]')" = "[8, 128, 128]" ]
@@ -208,7 +212,7 @@ quant_ok() { # RAW MODEL
 	[ "$(meta "$O" '[t["type"] for t in m["tensors"] if t["name"] in ("token_embd", "blk.1.ffn_gate_inp", "output", "blk.1.attn_kv_a")]')" = "['bf16', 'q4g64', 'f32', 'bf16']" ]
 }
 
-@test "AWQ GEMM g32, sharded (deepseek_v3): exact, MTP layer skipped" {
+@test "AWQ GEMM g32, sharded (deepseek_v3): exact, MTP layer kept" {
 	conv --model-path "$F/v3awq" --output-dir "$O" --quant-format awq --quiet
 	quant_ok "$F/v3awq.raw" "$O"
 }
@@ -275,9 +279,10 @@ b = open(sys.argv[1], "rb").read(); n = int.from_bytes(b[:8], "little")
 h = json.loads(b[8:8 + n]); h.pop("__metadata__", None)
 for k, v in sorted(h.items(), key=lambda kv: kv[1]["data_offsets"]):
     print("%s\t%s\t[%s]\t%d" % (k, v["dtype"], ", ".join(map(str, v["shape"])), v["data_offsets"][1] - v["data_offsets"][0]))' "$F/v3gptq/model.safetensors")
-	[ "$(printf '%s\n' "${lines[@]:6}")" = "$want" ]
-	[ "${lines[4]}" = "tensors: $(echo "$want" | wc -l), $(echo "$want" | awk -F'\t' '{s += $4} END {print s}') bytes" ]
-	[ "${lines[5]}" = "$(printf 'name\tdtype\tshape\tbytes')" ]
+	[ "${lines[4]}" = "mtp: 1 layer, model.layers.3.* (140 tensors)" ]
+	[ "$(printf '%s\n' "${lines[@]:7}")" = "$want" ]
+	[ "${lines[5]}" = "tensors: $(echo "$want" | wc -l), $(echo "$want" | awk -F'\t' '{s += $4} END {print s}') bytes" ]
+	[ "${lines[6]}" = "$(printf 'name\tdtype\tshape\tbytes')" ]
 }
 
 @test "--inspect DST lists the model's tensors with offsets and CRC-32s" {
@@ -286,7 +291,8 @@ for k, v in sorted(h.items(), key=lambda kv: kv[1]["data_offsets"]):
 	[ "$status" -eq 0 ]
 	[ "${lines[0]}" = "model: $O" ]
 	[ "${lines[3]}" = "quantization: awq, 4 bits, group size 64, type q4g64" ]
-	[ "$(printf '%s\n' "${lines[@]:6}" | cut -f1,2,4,5,6)" = "$(meta "$O" '"\n".join("%s\t%s\t%d\t%d\t%s" % (t["name"], t["type"], t["size"], t["offset"], t["crc32"]) for t in m["tensors"])')" ]
+	[ "${lines[4]}" = "mtp: none" ]
+	[ "$(printf '%s\n' "${lines[@]:7}" | cut -f1,2,4,5,6)" = "$(meta "$O" '"\n".join("%s\t%s\t%d\t%d\t%s" % (t["name"], t["type"], t["size"], t["offset"], t["crc32"]) for t in m["tensors"])')" ]
 }
 
 @test "--verify catches a flipped byte and names the tensor" {
@@ -426,8 +432,12 @@ for k, v in sorted(h.items(), key=lambda kv: kv[1]["data_offsets"]):
 		edit_json "$s/config.json" "d['quantization_config']['version'] = '$v'"
 		refuse "$s" "AWQ version \"$v\" is not supported"
 	done
-	edit_json "$s/config.json" 'd["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128], "activation_scheme": "dynamic"}'
-	refuse "$s" "fp8 weights (DeepSeek-V3's official FP8 release) are not supported"
+	edit_json "$s/config.json" 'd["quantization_config"] = {"quant_method": "fp8", "fmt": "e5m2", "weight_block_size": [128, 128], "activation_scheme": "dynamic"}'
+	refuse "$s" "fp8 fmt \"e5m2\" is not supported (e4m3)"
+	edit_json "$s/config.json" 'd["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic"}'
+	refuse "$s" "fp8 weight_block_size missing (only block-scaled FP8 is supported)"
+	edit_json "$s/config.json" 'd["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128], "activation_scheme": "static"}'
+	refuse "$s" "fp8 activation_scheme other than \"dynamic\" is not supported"
 	edit_json "$s/config.json" 'd["quantization_config"] = {"quant_method": "exl2", "bits": 4}'
 	refuse "$s" "quant_method \"exl2\" is not supported"
 	rm -rf "$s"
@@ -446,7 +456,7 @@ for k, v in sorted(h.items(), key=lambda kv: kv[1]["data_offsets"]):
 		model.layers.0.input_layernorm.weight dtype '"F8_E4M3"'
 	$PY tests/cli/helpers/st-edit.py "$s/model.safetensors" set \
 		model.layers.0.input_layernorm.weight shape '[256]'
-	refuse "$s" "tensor model.layers.0.input_layernorm.weight: dtype F8_E4M3 is not F32, F16 or BF16 (fp8"
+	refuse "$s" "tensor model.layers.0.input_layernorm.weight: dtype F8_E4M3 is not F32, F16 or BF16 (an FP8 tensor where none is expected"
 	rm -rf "$s"
 	s=$(copy llama)
 	edit_json "$s/config.json" 'd["num_hidden_layers"] = 3'
