@@ -128,15 +128,17 @@ static int plan_fp8_weight(ctx *c, src *s, const ds_st_tensor *w,
 			   const ds_st_tensor *sc, const uint64_t *shape,
 			   ds_err *err)
 {
-	uint64_t bo = c->qc.block[0], bi = c->qc.block[1];
-	uint64_t want[2] = { (shape[0] + bo - 1) / bo, (shape[1] + bi - 1) / bi };
-	char have[96], need[96];
+	uint64_t bo = c->qc.block[0], bi = c->qc.block[1], want[2];
+	char have[96], need[96], blocks[96];
 
 	if (c->qc.method != DS_QM_FP8)
 		return ds_errf(err, "%s: tensor %s: F8_E4M3, but the checkpoint has "
 			       "no FP8 quantization settings (config.json "
 			       "quantization_config with quant_method \"fp8\")",
 			       file_of(c, w), w->name);
+	DS_ASSERT(bo > 0 && bi > 0); /* read_fp8 requires them */
+	want[0] = (shape[0] + bo - 1) / bo;
+	want[1] = (shape[1] + bi - 1) / bi;
 	if (w->ndim != 2 || w->shape[0] != shape[0] || w->shape[1] != shape[1])
 		return ds_errf(err, "%s: tensor %s: shape %s, the %s architecture "
 			       "needs %s", file_of(c, w), w->name,
@@ -158,7 +160,7 @@ static int plan_fp8_weight(ctx *c, src *s, const ds_st_tensor *w,
 			       (unsigned long long)bo, (unsigned long long)bi,
 			       c->qc.file, w->name,
 			       ds_st_shape_str(2, shape, need, sizeof need),
-			       ds_st_shape_str(2, want, have, sizeof have));
+			       ds_st_shape_str(2, want, blocks, sizeof blocks));
 	s->scale = sc;
 	return 0;
 }
