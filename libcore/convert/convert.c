@@ -594,6 +594,8 @@ static int run_item(ctx *c, const item *it, ds_err *err)
 		    ds_mwriter_write(&c->w, c->buf, bytes, err))
 			return -1;
 		release(c, &it->srcs[e]);
+		/* the bar moves per expert: a stack of 256 is gigabytes */
+		ds_progress_add(&c->prog, 0, it->in_bytes / it->nsrc);
 	}
 	if (ds_mwriter_end(&c->w, err))
 		return -1;
@@ -604,7 +606,7 @@ static int run_item(ctx *c, const item *it, ds_err *err)
 			return -1;
 		c->stats->tensors++;
 	}
-	ds_progress_add(&c->prog, 1, it->in_bytes);
+	ds_progress_add(&c->prog, 1, it->in_bytes % it->nsrc);
 	c->stats->in_bytes += it->in_bytes;
 	return 0;
 }
