@@ -718,3 +718,29 @@ for k, v in ta.items():
 ckpt.write_checkpoint(out, ents, 2)' "$F/v3fp8" "$F/v3fp8.f32" "$T/mixed"
 	refuse "$T/mixed" "tensor model.layers.1.self_attn.q_a_proj.weight: F32 in an FP8 checkpoint, whose decoder layers' linear weights are all F8_E4M3 (shards of FP8 and of converted weights mixed?)"
 }
+
+@test "gen-fixture's FP8 encoder: every code round-trips, ties go to even, 448 saturates" {
+	run $PY -c 'import sys, numpy as np
+sys.path.insert(0, "scripts"); import ckpt
+c = np.arange(256, dtype=np.uint8)
+v = ckpt.fp8_decode(c)
+e, m = (c >> 3) & 15, c & 7
+want = np.where(e == 0, m / 8 * 2.0 ** -6, (1 + m / 8) * 2.0 ** (e.astype(int) - 7))
+want = np.where(c & 0x80, -want, want)
+fin = (c & 0x7F) != 0x7F
+assert np.isnan(v[~fin]).all() and (v[fin] == want[fin]).all()
+assert (ckpt.fp8_encode(v[fin]) == c[fin]).all()
+pos = np.unique(v[fin & (v >= 0)])
+mid = ((pos[:-1].astype(np.float64) + pos[1:]) / 2).astype(np.float32)
+lo, hi = ckpt.fp8_encode(pos[:-1]), ckpt.fp8_encode(pos[1:])
+assert (ckpt.fp8_encode(mid) == np.where(lo % 2 == 0, lo, hi)).all()
+assert (ckpt.fp8_encode(np.float32([500, -1e30, 449])) == [0x7E, 0xFE, 0x7E]).all()
+W = np.random.default_rng(1).standard_normal((300, 200)).astype(np.float32)
+q, s = ckpt.fp8_quantize(W)
+assert s.shape == (3, 2) and np.abs(ckpt.fp8_decode(q)).max() == 448
+d = ckpt.fp8_dequant(q, s)
+assert np.abs(d - W).max() <= np.abs(W).max() / 16
+print("ok")'
+	echo "$output"
+	[ "$output" = ok ]
+}
