@@ -66,7 +66,8 @@ static int all_tensors(ds_tdesc **d, size_t *n, ds_err *err)
 		return -1;
 	}
 	*d = realloc(*d, (*n + nm + 1) * sizeof **d);
-	memcpy(*d + *n, m, nm * sizeof *m);
+	if (nm > 0)
+		memcpy(*d + *n, m, nm * sizeof *m);
 	*n += nm;
 	free(m);
 	return 0;
