@@ -151,13 +151,31 @@ void ds_pack_q4(uint8_t *dst, const uint8_t *q, const uint16_t *scale,
 	}
 }
 
+/* Inputs kk ... kk + 3 of a row as u = q + 128 (0 past the row's end or
+ * past the last row): four bytes at once where all four are there. */
+static void pack_q8_chunk(uint8_t *out, const int8_t *q, uint64_t row,
+			  uint64_t n, uint64_t k, uint64_t kk)
+{
+	uint64_t j;
+	uint32_t w;
+
+	if (row < n && kk + 4 <= k) {
+		memcpy(&w, q + row * k + kk, 4);
+		w ^= 0x80808080u; /* + 128 in each byte, two's complement */
+		memcpy(out, &w, 4);
+		return;
+	}
+	for (j = 0; j < 4; j++)
+		out[j] = (uint8_t)((row < n && kk + j < k ? q[row * k + kk + j] : 0) + 128);
+}
+
 void ds_pack_q8(uint8_t *dst, const int8_t *q, const uint16_t *scale,
 		uint64_t n, uint64_t k, uint32_t group)
 {
 	ds_ttype t = { DS_Q8, group };
 	uint64_t kp = ds_kpad(t, k), ng = kp / group;
 	uint64_t rsb = ds_rowset_bytes(t, k), sets = (n + 15) / 16;
-	uint64_t s, c, r, g, j;
+	uint64_t s, c, r, g;
 
 	/* padding rows and columns hold u = 128, a weight of exactly 0 */
 	memset(dst, 0, rsb * sets);
@@ -167,15 +185,13 @@ void ds_pack_q8(uint8_t *dst, const int8_t *q, const uint16_t *scale,
 		for (r = 0; r < 16; r++) {
 			uint64_t row = s * 16 + r;
 
-			for (c = 0; c < kp / 4; c++) {
-				uint8_t *out = rs + ds_qchunk(0, group, ng, c) + 4 * r;
+			/* group by group: a chunk's offset without a division */
+			for (g = 0; g < ng; g++) {
+				uint8_t *grp = rs + ds_qgrp_w(0, group, ng, g) + 4 * r;
 
-				for (j = 0; j < 4; j++) {
-					uint64_t kk = 4 * c + j;
-					int v = row < n && kk < k ? q[row * k + kk] : 0;
-
-					out[j] = (uint8_t)(v + 128);
-				}
+				for (c = 0; c < group / 4; c++)
+					pack_q8_chunk(grp + 64 * c, q, row, n, k,
+						      g * group + 4 * c);
 			}
 			for (g = 0; g < ng && row < n; g++)
 				memcpy(rs + ds_qgrp_s(0, group, g) + 2 * r, &scale[row * ng + g], 2);
