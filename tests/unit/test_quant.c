@@ -746,6 +746,23 @@ static void test_fp8_values(void)
 	T_CHECK(ds_fp8_e4m3_value(0x7e) == 448.0f && ds_fp8_e4m3_value(0xfe) == -448.0f);
 	T_CHECK(ds_fp8_e4m3_value(0x01) == 0x1p-9f && ds_fp8_e4m3_value(0x08) == 0x1p-6f);
 	T_CHECK(ds_fp8_e4m3_value(0x38) == 1.0f);
+	{
+		/* every finite code through the row path, scale 0.75 */
+		uint8_t w[254];
+		float out[254], sc = 0.75f;
+		ds_fp8_src s = { .w = w, .scale = (const uint8_t *)&sc, .n = 1,
+				 .k = 254, .bo = 128, .bi = 254 };
+		uint64_t br, bc;
+		int i, bad = 0;
+
+		for (c = 0, i = 0; c < 256; c++)
+			if ((c & 0x7f) != 0x7f)
+				w[i++] = (uint8_t)c;
+		T_CHECK(ds_fp8_rows(out, &s, 0, 1, &br, &bc) == 0);
+		for (i = 0; i < 254; i++)
+			bad += out[i] != ds_fp8_e4m3_value(w[i]) * 0.75f;
+		T_CHECK(bad == 0);
+	}
 }
 
 /* A [n, k] FP8 matrix of random non-NaN codes and random scales over
