@@ -21,7 +21,7 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: ds-convert --model-path SRC --output-dir DST "
-		"[--quant-format auto|awq|gptq|none]\n"
+		"[--quant-format auto|awq|gptq|fp8|none]\n"
 		"                  [--quantize keep|q8|q4] [--group-size 32|64|128] "
 		"[--threads N] [--force] [--quiet]\n"
 		"       ds-convert --inspect SRC\n"
@@ -83,6 +83,10 @@ static int convert(ds_convert_opts *o, int quiet)
 			"were asymmetric and were re-quantized to q8 (symmetric)\n",
 			(unsigned long long)st.q.requantized,
 			(unsigned long long)st.q.groups);
+	if (!quiet && st.mtp_absent)
+		fprintf(stderr, "ds-convert: note: config.json names a multi-token-"
+			"prediction layer that the checkpoint does not carry; "
+			"converted without it\n");
 	if (!quiet && st.q.clamped)
 		fprintf(stderr, "ds-convert: note: %llu GPTQ 8-bit weights of -128 "
 			"steps were stored as -127 (q8 holds -127 to 127)\n",
@@ -92,7 +96,8 @@ static int convert(ds_convert_opts *o, int quiet)
 
 int main(int argc, char **argv)
 {
-	static const char *const formats[] = { "auto", "awq", "gptq", "none" };
+	static const char *const formats[] = { "auto", "awq", "gptq", "none",
+						"fp8" };
 	static const char *const quants[] = { "keep", "q8", "q4" };
 	static const struct option opts[] = {
 		{ "force", no_argument, NULL, 'f' },
@@ -116,6 +121,7 @@ int main(int argc, char **argv)
 	ds_err err;
 
 	memset(&o, 0, sizeof o);
+	o.quantize = DS_RQ_AUTO;
 	o.group_size = 32;
 	o.threads = default_threads();
 	opterr = 0; /* our own messages, named ds-convert */
@@ -123,7 +129,7 @@ int main(int argc, char **argv)
 		switch (c) {
 		case 'f': o.force = 1; break;
 		case 'F':
-			if ((i = pick(optarg, formats, 4)) < 0)
+			if ((i = pick(optarg, formats, 5)) < 0)
 				return bad_usage("bad --quant-format", optarg);
 			o.format = (enum ds_qformat)i;
 			break;
