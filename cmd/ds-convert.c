@@ -1,5 +1,6 @@
 /* ds-convert - convert a Hugging Face checkpoint to a ds model directory. */
 #define _GNU_SOURCE
+#include <err.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -7,15 +8,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/afile.h"
+#include "base/cli.h"
 #include "convert/convert.h"
-
-/* The signal that asked us to stop; the conversion polls it. */
-static volatile sig_atomic_t stop_signal;
-
-static void on_signal(int sig)
-{
-	stop_signal = sig;
-}
 
 static void usage(FILE *f)
 {
@@ -31,8 +26,7 @@ static void usage(FILE *f)
 
 static int bad_usage(const char *msg, const char *arg)
 {
-	fprintf(stderr, "ds-convert: %s%s%s\n", msg, arg ? ": " : "",
-		arg ? arg : "");
+	warnx("%s%s%s", msg, arg ? ": " : "", arg ? arg : "");
 	usage(stderr);
 	return 2;
 }
@@ -54,43 +48,36 @@ static int default_threads(void)
 	return n < 1 ? 1 : n > 16 ? 16 : (int)n;
 }
 
+/* A signal stops the conversion, which removes its temporaries, then
+ * ends the program as the signal would have. */
 static int convert(ds_convert_opts *o, int quiet)
 {
-	struct sigaction sa;
+	volatile sig_atomic_t stop = 0;
 	ds_convert_stats st;
 	ds_err err;
 	int rc;
 
-	memset(&sa, 0, sizeof sa);
-	sa.sa_handler = on_signal;
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	o->cancel = &stop_signal;
+	ds_cleanup_flag(&stop);
+	o->cancel = &stop;
 	o->progress = quiet ? NULL : stderr;
 	rc = ds_convert(o, &st, &err);
-	if (rc != 0 && stop_signal) {
-		/* the temporaries are gone; die of the signal as asked */
-		signal(stop_signal, SIG_DFL);
-		raise(stop_signal);
-	}
+	if (rc != 0 && stop)
+		ds_cleanup_raise(stop);
+	ds_cleanup_flag(NULL);
 	if (rc != 0) {
-		fprintf(stderr, "ds-convert: %s\n", err.msg);
+		warnx("%s", err.msg);
 		return 1;
 	}
 	if (!quiet && st.q.requantized)
-		fprintf(stderr, "ds-convert: warning: %llu of %llu GPTQ 8-bit groups "
-			"were asymmetric and were re-quantized to q8 (symmetric)\n",
-			(unsigned long long)st.q.requantized,
-			(unsigned long long)st.q.groups);
+		warnx("warning: %llu of %llu GPTQ 8-bit groups were asymmetric and "
+		      "were re-quantized to q8 (symmetric)",
+		      (unsigned long long)st.q.requantized, (unsigned long long)st.q.groups);
 	if (!quiet && st.mtp_absent)
-		fprintf(stderr, "ds-convert: note: config.json names a multi-token-"
-			"prediction layer that the checkpoint does not carry; "
-			"converted without it\n");
+		warnx("note: config.json names a multi-token-prediction layer that the "
+		      "checkpoint does not carry; converted without it");
 	if (!quiet && st.q.clamped)
-		fprintf(stderr, "ds-convert: note: %llu GPTQ 8-bit weights of -128 "
-			"steps were stored as -127 (q8 holds -127 to 127)\n",
-			(unsigned long long)st.q.clamped);
+		warnx("note: %llu GPTQ 8-bit weights of -128 steps were stored as -127 "
+		      "(q8 holds -127 to 127)", (unsigned long long)st.q.clamped);
 	return 0;
 }
 
@@ -171,7 +158,7 @@ int main(int argc, char **argv)
 		if ((inspect ? ds_inspect(inspect, stdout, &err)
 			     : ds_verify(verify, stdout, &err)) == 0)
 			return fflush(stdout) == 0 ? 0 : 1;
-		fprintf(stderr, "ds-convert: %s\n", err.msg);
+		warnx("%s", err.msg);
 		return 1;
 	}
 	if (o.src == NULL || o.dst == NULL)
