@@ -3,7 +3,7 @@
  *
  * The packers here are written from docs/formats/awq.md and gptq.md (what
  * AutoAWQ's WQLinear_GEMM.from_linear and AutoGPTQ's QuantLinear.pack do),
- * independently of libcore/quant.  Random integers q, z and fp16 scales
+ * independently of libcore/convert/quant.  Random integers q, z and fp16 scales
  * are packed, re-packed by the library, and every weight read back with
  * ds_dequant_row (the definition of the runtime layout) must equal
  * s * (q - z) computed here from the integers: exactly, since fp16 times a
