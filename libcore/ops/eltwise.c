@@ -1,5 +1,5 @@
 /*
- * eltwise.c - the element-wise and row ops: RMSNorm, add, bias, softmax.
+ * eltwise.c - the element-wise and row ops: RMSNorm, add, bias.
  */
 #include "ops_int.h"
 
@@ -68,21 +68,4 @@ void ds_add_bias(ds_ctx *c, float *y, size_t ldy, size_t t, const float *bias,
 	struct ew e = { .c = c, .b = bias, .y = y, .ldy = ldy ? ldy : n, .n = n };
 
 	ops_rows(c, t, n, bias_rows, &e);
-}
-
-static void softmax_rows(void *arg, size_t r0, size_t r1, int ith)
-{
-	struct ew *e = arg;
-	size_t r;
-
-	(void)ith;
-	for (r = r0; r < r1; r++)
-		e->c->kern->softmax(e->y + r * e->ldy, e->n);
-}
-
-void ds_softmax(ds_ctx *c, float *x, size_t ld, size_t t, size_t n)
-{
-	struct ew e = { .c = c, .y = x, .ldy = ld ? ld : n, .n = n };
-
-	ops_rows(c, t, 4 * n, softmax_rows, &e);
 }

@@ -230,8 +230,6 @@ void ds_add(ds_ctx *c, const float *a, const float *b, size_t n, float *y);
 /* y[t][i] += bias[i] for t < T, i < n (Qwen2's q/k/v biases). */
 void ds_add_bias(ds_ctx *c, float *y, size_t ldy, size_t t, const float *bias,
 		 size_t n);
-/* In place, each of T rows of n values (ld 0: n). */
-void ds_softmax(ds_ctx *c, float *x, size_t ld, size_t t, size_t n);
 
 /* ---- RoPE ---------------------------------------------------------------------- */
 
