@@ -180,6 +180,8 @@ static void grv_merge(grv *r)
 {
 	size_t i, k = 0;
 
+	if (r->n == 0)
+		return;
 	qsort(r->p, r->n, 2 * sizeof *r->p, cmp_range);
 	for (i = 0; i < r->n; i++) {
 		uint32_t lo = r->p[2 * i], hi = r->p[2 * i + 1];
