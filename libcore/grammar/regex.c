@@ -31,8 +31,7 @@ typedef struct rx {
 
 static int rerr(rx *r, const char *what)
 {
-	return ds_errf(r->err, "pattern: %s at offset %zu", what,
-		       (size_t)(r->p - r->s));
+	return ds_errf(r->err, "%s at offset %zu", what, (size_t)(r->p - r->s));
 }
 
 static int more(const rx *r)
@@ -254,7 +253,7 @@ static int parse_escape(rx *r, int in_class, grv *set, uint32_t *cp)
 	char c;
 
 	if (!more(r))
-		return rerr(r, "pattern ends with '\\'");
+		return rerr(r, "'\\' at the end");
 	c = *r->p++;
 	switch (c) {
 	case 'd': case 'D': case 'w': case 'W': case 's': case 'S':
@@ -549,13 +548,13 @@ int gregex_emit(gbuf *out, const char *re, size_t len, int icase,
 		 .any = any, .err = err };
 
 	if (len > RX_MAX_LEN)
-		return ds_errf(err, "pattern: longer than %d bytes", RX_MAX_LEN);
+		return ds_errf(err, "longer than %d bytes", RX_MAX_LEN);
 	gbuf_puts(out, "(");
 	if (parse_alt(&r, 1) != 0)
 		return -1;
 	if (more(&r))
 		return rerr(&r, "unmatched ')'");
 	if (gbuf_puts(out, ")") != 0)
-		return ds_errf(err, "pattern: grammar too large");
+		return ds_errf(err, "grammar too large");
 	return 0;
 }

@@ -585,13 +585,12 @@ static const char *gen_string(sc *c, const json_t *s, const char *hint)
 			goto out;
 		gbuf_puts(&body, f);
 	} else if (pat) {
-		size_t old = path_push(c, ".pattern");
-		int bad = !json_is_string(pat) ? serr(c, "must be a string") :
-			  gregex_emit(&body, json_string_value(pat), json_string_length(pat),
-				      0, prim(c, SP_CHAR), c->err);
-
-		path_pop(c, old);
-		if (bad) {
+		if (!json_is_string(pat)) {
+			serr(c, "'pattern' must be a string");
+			goto out;
+		}
+		if (gregex_emit(&body, json_string_value(pat), json_string_length(pat),
+				0, prim(c, SP_CHAR), c->err) != 0) {
 			ds_err_prefix(c->err, "%s.pattern", c->path);
 			goto out;
 		}
