@@ -897,7 +897,7 @@ static const char *extra_value(sc *c, const json_t *s, const char *base, int *ba
 	if (json_is_false(addl))
 		return NULL;
 	if (addl == NULL)
-		return props && json_object_size(props) ? NULL : prim(c, SP_VALUE);
+		return props ? NULL : prim(c, SP_VALUE);
 	if (!json_is_object(addl) && !json_is_true(addl)) {
 		*bad = 1;
 		serr(c, "'additionalProperties' must be a schema");
