@@ -524,6 +524,217 @@ static void test_gc_keeps_state(void)
 	ds_grammar_free(g);
 }
 
+
+/* ---- the schema compiler ------------------------------------------------------ */
+
+static ds_grammar *schema_grammar(const char *text)
+{
+	json_t *s = json_loads(text, JSON_DECODE_ANY, NULL);
+	ds_grammar *g = NULL;
+	ds_err err;
+
+	if (s == NULL || ds_grammar_from_schema(s, NULL, &g, &err) != 0)
+		printf("#   schema: %s\n", s ? err.msg : "bad JSON");
+	json_decref(s);
+	return g;
+}
+
+/* The compile error for a schema under the path prefix. */
+static const char *schema_error(const char *text, const char *path)
+{
+	static ds_err err;
+	json_t *s = json_loads(text, JSON_DECODE_ANY, NULL);
+	ds_grammar *g = NULL;
+
+	snprintf(err.msg, sizeof err.msg, "(compiled)");
+	if (s == NULL)
+		return "bad JSON";
+	if (ds_grammar_from_schema(s, path, &g, &err) == 0)
+		ds_grammar_free(g);
+	json_decref(s);
+	return err.msg;
+}
+
+#define SCHEMA_ERR(text, want) T_CHECKF(strcmp(schema_error(text, NULL), want) == 0, \
+	"got '%s', want '%s'", schema_error(text, NULL), want)
+
+static void test_schema_refusals(void)
+{
+	T_CHECK(strcmp(schema_error("{\"type\":\"object\",\"properties\":{\"x\":"
+		"{\"patternProperties\":{}}}}", "response_format.json_schema.schema"),
+		"response_format.json_schema.schema.properties.x: unsupported keyword "
+		"'patternProperties'") == 0);
+	SCHEMA_ERR("{\"not\":{}}", "schema: unsupported keyword 'not'");
+	SCHEMA_ERR("{\"anyOf\":[{},{\"if\":{}}]}", "schema.anyOf[1]: unsupported keyword 'if'");
+	SCHEMA_ERR("{\"type\":\"integer\",\"multipleOf\":2}",
+		   "schema: unsupported keyword 'multipleOf'");
+	SCHEMA_ERR("{\"type\":\"array\",\"uniqueItems\":true}",
+		   "schema: unsupported keyword 'uniqueItems' (true)");
+	SCHEMA_ERR("{\"type\":\"array\",\"items\":{\"contains\":{}}}",
+		   "schema.items: unsupported keyword 'contains'");
+	SCHEMA_ERR("{\"items\":[{}]}", "schema: 'items' as an array unsupported (use prefixItems)");
+	SCHEMA_ERR("{\"type\":\"string\",\"format\":\"uri\"}",
+		   "schema.format: unsupported format 'uri'");
+	SCHEMA_ERR("{\"type\":\"string\",\"pattern\":\"a(?=b)\"}",
+		   "schema.pattern: lookaround unsupported at offset 2");
+	SCHEMA_ERR("{\"type\":\"string\",\"pattern\":\"(a)\\\\1\"}",
+		   "schema.pattern: backreference unsupported at offset 5");
+	SCHEMA_ERR("{\"type\":\"string\",\"pattern\":\"a^b\"}",
+		   "schema.pattern: anchor inside the pattern unsupported at offset 1");
+	SCHEMA_ERR("{\"type\":\"string\",\"pattern\":\"\\\\bx\"}",
+		   "schema.pattern: word boundary '\\b' unsupported at offset 2");
+	SCHEMA_ERR("{\"type\":\"string\",\"pattern\":\"^x\",\"maxLength\":3}",
+		   "schema: 'pattern' with minLength/maxLength unsupported");
+	SCHEMA_ERR("{\"type\":\"string\",\"minLength\":5,\"maxLength\":2}",
+		   "schema: minLength above maxLength");
+	SCHEMA_ERR("{\"type\":\"string\",\"maxLength\":100000}",
+		   "schema: minLength/maxLength over 10000 unsupported");
+	SCHEMA_ERR("{\"type\":\"number\",\"minimum\":0.5}",
+		   "schema: 'minimum': only whole-number bounds on numbers");
+	SCHEMA_ERR("{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}",
+		   "schema: no number satisfies the bounds");
+	SCHEMA_ERR("{\"$ref\":\"http://x.org/s.json\"}",
+		   "schema: '$ref' http://x.org/s.json: only local references ('#...') supported");
+	SCHEMA_ERR("{\"$ref\":\"#/$defs/nope\"}", "schema: '$ref' #/$defs/nope not found");
+	SCHEMA_ERR("{\"properties\":{\"a\":{\"$ref\":\"#/$defs/b\"}},"
+		   "\"$defs\":{\"b\":{\"type\":\"string\",\"format\":\"x\"}}}",
+		   "schema.$defs.b.format: unsupported format 'x'");
+	SCHEMA_ERR("false", "schema: schema false: no value is valid");
+	SCHEMA_ERR("3", "schema: a schema must be an object or a boolean");
+	SCHEMA_ERR("{\"type\":\"strin\"}", "schema: unknown type 'strin'");
+	SCHEMA_ERR("{\"allOf\":[{\"type\":\"string\"},{\"type\":\"integer\"}]}",
+		   "schema: allOf: the types exclude each other");
+	SCHEMA_ERR("{\"allOf\":[{\"maxLength\":1},{\"maxLength\":2}]}",
+		   "schema: allOf: conflicting 'maxLength' unsupported");
+	SCHEMA_ERR("{\"allOf\":[{\"properties\":{\"a\":{}},\"additionalProperties\":false},"
+		   "{\"properties\":{\"b\":{}}}]}",
+		   "schema: allOf: additionalProperties of one branch excludes property 'b' of another");
+	SCHEMA_ERR("{\"enum\":[1,2],\"minimum\":0}", "schema: 'minimum' beside enum/const unsupported");
+	SCHEMA_ERR("{\"type\":\"string\",\"enum\":[1,2]}", "schema: no value satisfies enum/const and type");
+	SCHEMA_ERR("{\"required\":[\"a\"],\"additionalProperties\":false}",
+		   "schema: required 'a' is not in properties and additionalProperties is false");
+	{
+		char deep[2000] = "", want[1000] = "schema";
+		int d;
+
+		for (d = 0; d < 70; d++)
+			strcat(deep, "{\"items\":");
+		strcat(deep, "{}");
+		for (d = 0; d < 70; d++)
+			strcat(deep, "}");
+		for (d = 0; d < (int)DS_SCHEMA_MAX_DEPTH; d++)
+			strcat(want, ".items");
+		strcat(want, ": schema nested deeper than 64");
+		SCHEMA_ERR(deep, want);
+	}
+}
+
+/* Between tokens: nothing, one space, or a newline and up to 20 blanks. */
+static void test_whitespace_policy(void)
+{
+	ds_grammar *g = schema_grammar("{\"type\":\"object\",\"properties\":"
+				       "{\"a\":{\"type\":\"array\"}}}");
+
+	ACCEPT(g, "{\"a\":[]}");
+	ACCEPT(g, "{ \"a\" : [ 1 , 2 ] } ");
+	ACCEPT(g, "{\n  \"a\": [\n    1,\n    2\n  ]\n}\n");
+	ACCEPT(g, "{\n\t\"a\": []}");
+	REJECT(g, "{  \"a\":[]}");
+	REJECT(g, "{\n\n\"a\":[]}");
+	REJECT(g, "{\n                     \"a\":[]}"); /* 21 */
+	ACCEPT(g, "{\n                    \"a\":[]}");  /* 20 */
+	REJECT(g, " {}");
+	REJECT(g, "{}  ");
+	REJECT(g, "{\"b\":1}");
+	ds_grammar_free(g);
+}
+
+static void test_json_object_mode(void)
+{
+	ds_grammar *g = NULL;
+	ds_err err;
+
+	T_CHECK(ds_grammar_json_object(&g, &err) == 0);
+	ACCEPT(g, "{}");
+	ACCEPT(g, "{\"a\":{\"b\":[1,-2.5e-3,true,null,\"\\u00e9\\n\"]}}");
+	ACCEPT(g, "{\"\":0, \"a\":\"\",\"a\":1}");
+	REJECT(g, "[]");
+	REJECT(g, "{\"a\":01}");
+	REJECT(g, "{\"a\":1.}");
+	REJECT(g, "{\"a\":\"\\x\"}");
+	REJECT(g, "{\"a\":\"\\ud800\"}");
+	REJECT(g, "{\"a\":\"\x01\"}");
+	REJECT(g, "{a:1}");
+	PREFIX(g, "{\"a\":[{\"b\":");
+	ds_grammar_free(g);
+}
+
+static void test_schema_text(void)
+{
+	json_t *s = json_loads("{\"type\":\"object\",\"properties\":{\"first name\":"
+			       "{\"type\":\"string\"}},\"required\":[\"first name\"]}", 0, NULL);
+	char *text = NULL;
+	size_t len = 0;
+	ds_err err;
+
+	T_CHECK(ds_grammar_schema_text(s, NULL, &text, &len, &err) == 0);
+	T_CHECK(text && strlen(text) == len);
+	T_CHECK(text && strstr(text, "root-first-name-kv ::= \"\\\"first name\\\"\" j-ws \":\"")
+		!= NULL);
+	T_CHECK(text && strstr(text, "\nroot ::= ") != NULL);
+	free(text);
+	json_decref(s);
+}
+
+/* A tool call: a marker, then one of the tools' {"name", "arguments"}. */
+#define TOOL "<\xef\xbd\x9c" "tool\xe2\x96\x81" "call\xef\xbd\x9c>"
+static void test_builder_tool_calls(void)
+{
+	json_t *weather = json_loads("{\"type\":\"object\",\"properties\":{\"city\":"
+		"{\"type\":\"string\"},\"days\":{\"type\":\"integer\",\"minimum\":1,"
+		"\"maximum\":7}},\"required\":[\"city\"],\"additionalProperties\":false}", 0, NULL);
+	json_t *noargs = json_loads("{\"type\":\"object\",\"properties\":{}}", 0, NULL);
+	json_t *bad = json_loads("{\"type\":\"object\",\"not\":{}}", 0, NULL);
+	ds_gbuilder *b = NULL;
+	ds_grammar *g = NULL;
+	ds_err err;
+
+	T_CHECK(ds_gbuilder_new(&b, &err) == 0);
+	T_CHECK(ds_gbuilder_schema(b, "args-get_weather", weather, "tools[0].parameters", &err) == 0);
+	T_CHECK(ds_gbuilder_schema(b, "args-now", noargs, "tools[1].parameters", &err) == 0);
+	T_CHECK(ds_gbuilder_schema(b, "args-bad", bad, "tools[2].parameters", &err) == -1);
+	T_CHECK(strcmp(err.msg, "tools[2].parameters: unsupported keyword 'not'") == 0);
+	T_CHECK(ds_gbuilder_literal(b, "begin", TOOL, strlen(TOOL), &err) == 0);
+	T_CHECK(ds_gbuilder_literal(b, "end", "\xff", 1, &err) == -1);
+	T_CHECK(ds_gbuilder_literal(b, "end", "</call>", 7, &err) == 0);
+	T_CHECK(ds_gbuilder_rule(b, "end", "\"x\"", &err) == -1);
+	T_CHECK(strcmp(err.msg, "rule 'end' defined twice") == 0);
+	T_CHECK(ds_gbuilder_rule(b, "j-ws", "\"x\"", &err) == -1);
+	T_CHECK(ds_gbuilder_rule(b, "bad name", "\"x\"", &err) == -1);
+	T_CHECK(ds_gbuilder_rule(b, "call",
+		"\"{\\\"name\\\": \\\"get_weather\\\", \\\"arguments\\\": \" args-get_weather \"}\" | "
+		"\"{\\\"name\\\": \\\"now\\\", \\\"arguments\\\": \" args-now \"}\"", &err) == 0);
+	T_CHECK(ds_gbuilder_rule(b, "root", "begin call ( \",\" call )* end", &err) == 0);
+	T_CHECKF(ds_gbuilder_finish(b, "root", &g, &err) == 0, "%s", err.msg);
+	ACCEPT(g, TOOL "{\"name\": \"get_weather\", "
+		  "\"arguments\": {\"city\": \"Paris\", \"days\": 3}}</call>");
+	ACCEPT(g, TOOL "{\"name\": \"now\", "
+		  "\"arguments\": {}},{\"name\": \"now\", \"arguments\": {}}</call>");
+	REJECT(g, TOOL "{\"name\": \"now\", "
+		  "\"arguments\": {\"city\": \"x\"}}</call>");
+	REJECT(g, TOOL "{\"name\": \"get_weather\", "
+		  "\"arguments\": {\"city\": \"x\", \"days\": 8}}</call>");
+	ds_grammar_free(g);
+	/* a rule naming an undefined one fails at finish, with its place */
+	T_CHECK(ds_gbuilder_rule(b, "more", "nothing-here", &err) == 0);
+	T_CHECK(ds_gbuilder_finish(b, "root", &g, &err) == -1);
+	T_CHECKF(strstr(err.msg, "undefined rule 'nothing-here'") != NULL, "%s", err.msg);
+	ds_gbuilder_free(b);
+	json_decref(weather);
+	json_decref(noargs);
+	json_decref(bad);
+}
+
 int main(void)
 {
 	T_RUN(test_literals_and_alternatives);
@@ -539,5 +750,10 @@ int main(void)
 	T_RUN(test_mask_schema_brute_force);
 	T_RUN(test_mask_eos_special);
 	T_RUN(test_gc_keeps_state);
+	T_RUN(test_schema_refusals);
+	T_RUN(test_whitespace_policy);
+	T_RUN(test_json_object_mode);
+	T_RUN(test_schema_text);
+	T_RUN(test_builder_tool_calls);
 	return t_done();
 }
