@@ -73,6 +73,7 @@ typedef struct gtnode {
  * subtree at once.  The suffixes are the tokens' bytes after the node. */
 typedef struct gtaux {
 	uint64_t ascii[2];     /* ASCII bytes in the suffixes */
+	uint16_t maxlen;       /* the longest suffix, in bytes (saturated) */
 	uint8_t high;          /* some suffix has a byte >= 0x80 */
 	uint8_t utf8;          /* every suffix is whole UTF-8 characters */
 } gtaux;

@@ -21,8 +21,9 @@
  * The mask: walk the vocabulary's trie depth-first from the current
  * state, one transition per trie node, dropping a subtree at the first
  * dead state.  A subtree whose remaining bytes all lead back to the same
- * state (inside a string: any character but the quote and backslash) is
- * taken whole (skip_ok).  Masks are also cached per state.
+ * state (inside a string: any character but the quote and backslash), or
+ * along a chain of states longer than its tokens (a string of bounded
+ * length), is taken whole (skip_ok).  Masks are also cached per state.
  *
  * Memory: nodes and states only grow while a request runs; past a soft
  * limit they are rebuilt from the states still reachable (the current
@@ -43,15 +44,30 @@
 #define HARD_TRANS  ((size_t)1 << 25)
 
 #define MASK_SLOTS_DEFAULT 16u
-/* Transitions the UTF-8 loop test may compute for one state. */
-#define LOOP_BUDGET 2048
+/* Transitions the UTF-8 test of one state may compute. */
+#define RUN_BUDGET 2048
+/* How far a run is followed ahead (run_depth), and "no end". */
+#define RUN_CAP 64
+#define RUN_INF UINT16_MAX
+
+/* A state's run (skip_ok): the ASCII bytes that all lead to one state,
+ * next; how many characters from those bytes keep the text alive in a
+ * row (depth), and the same counting every non-ASCII character, when
+ * each leads to next as well (udepth).  A state that loops (next is
+ * itself) has no end. */
+typedef struct grun {
+	uint64_t bytes[2];
+	uint32_t next;         /* NONE: no byte keeps the text alive */
+	uint16_t depth, udepth;
+	uint8_t base, done, utf8, capped;
+} grun;
 
 typedef struct gstate {
 	uint32_t off, n;       /* tops[off, off+n): node ids, ascending */
 	uint64_t hash;
-	uint8_t complete, fin, loop_done, utf8_loop;
+	uint8_t complete, fin;
 	int32_t mslot;         /* mask cache slot, -1 none */
-	uint64_t loop[2];      /* ASCII bytes that lead back here */
+	grun run;
 } gstate;
 
 /* The interned nodes and states, and the transitions between states. */
@@ -812,14 +828,14 @@ static const struct useqr {
 	{ { 0xf4, 0x80, 0x80, 0x80 }, { 0xf4, 0x8f, 0xbf, 0xbf }, 4 },
 };
 
-#define LOOP_FRONT 16
+#define FRONT 16
 
-/* Does every character of one UTF-8 form lead from s back to s?  1 yes,
+/* Does every character of one UTF-8 form lead from s to target?  1 yes,
  * 0 no (or too costly to tell), -1 error. */
-static int utf8_form_loops(ds_gmatch *m, uint32_t s, const struct useqr *u,
-			   int *budget)
+static int utf8_form_to(ds_gmatch *m, uint32_t s, uint32_t target,
+			const struct useqr *u, int *budget)
 {
-	uint32_t front[LOOP_FRONT], next[LOOP_FRONT];
+	uint32_t front[FRONT], next[FRONT];
 	size_t nf = 1, nx, i, k;
 
 	front[0] = s;
@@ -842,14 +858,14 @@ static int utf8_form_loops(ds_gmatch *m, uint32_t s, const struct useqr *u,
 				t = trans_get(m, front[i], b);
 				if (t == T_ERR)
 					return -1;
-				if (t == S_DEAD || (k + 1 == u->len && t != s))
+				if (t == S_DEAD || (k + 1 == u->len && t != target))
 					return 0;
 				if (k + 1 == u->len)
 					continue;
 				for (j = 0; j < nx && next[j] != t; j++)
 					;
 				if (j == nx) {
-					if (nx == LOOP_FRONT)
+					if (nx == FRONT)
 						return 0;
 					next[nx++] = t;
 				}
@@ -861,52 +877,138 @@ static int utf8_form_loops(ds_gmatch *m, uint32_t s, const struct useqr *u,
 	return 1;
 }
 
-/* Fill in s's loop bytes: ASCII bytes b with trans(s, b) == s, and whether
- * every non-ASCII character leads back to s. */
-static int loop_info(ds_gmatch *m, uint32_t s)
+/* s's run bytes (those leading to the state most ASCII bytes lead to),
+ * that state, and whether every non-ASCII character leads there too. */
+static int run_base(ds_gmatch *m, uint32_t s)
 {
-	uint64_t loop[2] = { 0, 0 };
-	int budget = LOOP_BUDGET, all = 1;
-	unsigned b;
+	uint32_t to[128], next = NONE;
+	uint64_t bytes[2] = { 0, 0 };
+	int budget = RUN_BUDGET, all = 1, best = 0;
+	unsigned b, c;
 	size_t k;
 
-	for (b = 0; b < 128; b++) {
-		uint32_t t = trans_get(m, s, b);
-
-		if (t == T_ERR)
+	for (b = 0; b < 128; b++)
+		if ((to[b] = trans_get(m, s, b)) == T_ERR)
 			return -1;
-		if (t == s)
-			loop[b >> 6] |= 1ull << (b & 63);
+	for (b = 0; b < 128; b++) {
+		int n = 0;
+
+		if (to[b] == S_DEAD || to[b] == next)
+			continue;
+		for (c = b; c < 128; c++)
+			n += to[c] == to[b];
+		if (n > best)
+			best = n, next = to[b];
 	}
-	for (k = 0; k < sizeof useqs / sizeof useqs[0] && all; k++) {
-		int r = utf8_form_loops(m, s, &useqs[k], &budget);
+	for (b = 0; b < 128 && next != NONE; b++)
+		if (to[b] == next)
+			bytes[b >> 6] |= 1ull << (b & 63);
+	for (k = 0; k < sizeof useqs / sizeof useqs[0] && all && next != NONE; k++) {
+		int r = utf8_form_to(m, s, next, &useqs[k], &budget);
 
 		if (r < 0)
 			return -1;
 		all = r;
 	}
-	m->t.st[s].loop[0] = loop[0];
-	m->t.st[s].loop[1] = loop[1];
-	m->t.st[s].utf8_loop = (uint8_t)all;
-	m->t.st[s].loop_done = 1;
+	m->t.st[s].run = (grun){ .bytes = { bytes[0], bytes[1] }, .next = next,
+		.utf8 = (uint8_t)(all && next != NONE), .base = 1 };
+	return 0;
+}
+
+static uint16_t sat1(uint16_t d)
+{
+	return d == RUN_INF ? RUN_INF : (uint16_t)(d + 1);
+}
+
+/* Where the run of r stops at once: 0, 1 or no end. */
+static int run_stops(const gtab *t, uint32_t s, const grun *r, uint16_t *d,
+		     uint16_t *ud)
+{
+	const grun *n;
+
+	if (r->next == NONE) {
+		*d = *ud = 0;
+		return 1;
+	}
+	if (r->next == s) {
+		*d = RUN_INF;
+		*ud = r->utf8 ? RUN_INF : 0;
+		return 1;
+	}
+	n = &t->st[r->next].run;
+	if (n->base && ((r->bytes[0] & ~n->bytes[0]) || (r->bytes[1] & ~n->bytes[1]))) {
+		*d = 1;
+		*ud = r->utf8;
+		return 1;
+	}
+	return 0;
+}
+
+/* s's run depths: follow next while each state's run bytes hold the
+ * previous ones, at most RUN_CAP states ahead (then the depth is a lower
+ * bound, and recomputed when it gets short). */
+static int run_depth(ds_gmatch *m, uint32_t s)
+{
+	uint32_t chain[RUN_CAP];
+	uint16_t d = 1, ud = 0;
+	size_t k = 0;
+	int capped = 0;
+
+	chain[0] = s;
+	for (;;) {
+		uint32_t cur = chain[k];
+		grun *r;
+
+		if (!m->t.st[cur].run.base && run_base(m, cur) != 0)
+			return -1;
+		r = &m->t.st[cur].run;
+		if (r->next != NONE && r->next != cur && !m->t.st[r->next].run.base &&
+		    run_base(m, r->next) != 0)
+			return -1;
+		r = &m->t.st[cur].run;
+		if (run_stops(&m->t, cur, r, &d, &ud))
+			break;
+		if (m->t.st[r->next].run.done && !m->t.st[r->next].run.capped) {
+			d = sat1(m->t.st[r->next].run.depth);
+			ud = r->utf8 ? sat1(m->t.st[r->next].run.udepth) : 0;
+			break;
+		}
+		if (k + 1 == RUN_CAP) {
+			d = 1, ud = r->utf8, capped = 1;
+			break;
+		}
+		chain[++k] = r->next;
+	}
+	for (;;) {
+		grun *r = &m->t.st[chain[k]].run;
+
+		r->depth = d, r->udepth = ud, r->capped = (uint8_t)capped, r->done = 1;
+		if (k-- == 0)
+			break;
+		d = sat1(d);
+		ud = m->t.st[chain[k]].run.utf8 ? sat1(ud) : 0;
+	}
 	return 0;
 }
 
 /* Is every token below a node with aux a, reached in state s, allowed?
- * Yes when each byte after the node leads back to s: then every token
- * ends in s, which is alive.  1, 0 or -1 (error). */
+ * Yes when its remaining bytes are all run bytes (or, when a has non-ASCII
+ * bytes, whole characters that follow the run too) and no longer than the
+ * run: then every one of those texts stays alive.  1, 0 or -1 (error). */
 static int skip_ok(ds_gmatch *m, uint32_t s, const gtaux *a)
 {
-	const gstate *q = &m->t.st[s];
+	const grun *r = &m->t.st[s].run;
 
-	if (!q->loop_done) {
-		if (loop_info(m, s) != 0)
+	if (!r->done || (r->capped && r->depth < RUN_CAP / 2)) {
+		if (run_depth(m, s) != 0)
 			return -1;
-		q = &m->t.st[s];
+		r = &m->t.st[s].run;
 	}
-	if ((a->ascii[0] & ~q->loop[0]) || (a->ascii[1] & ~q->loop[1]))
+	if ((a->ascii[0] & ~r->bytes[0]) || (a->ascii[1] & ~r->bytes[1]))
 		return 0;
-	return !a->high || (a->utf8 && q->utf8_loop);
+	if (!a->high)
+		return a->maxlen <= r->depth;
+	return a->utf8 && a->maxlen <= r->udepth;
 }
 
 static inline void set_range(uint64_t *bits, const uint32_t *toks,

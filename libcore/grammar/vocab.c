@@ -8,9 +8,9 @@
  * skipping a subtree when the grammar rejects its prefix.
  *
  * Nodes with at least AUX_MIN tokens below also record which bytes the
- * rest of those tokens use and whether the rest is whole UTF-8 characters:
- * inside a JSON string most of the vocabulary can be taken without
- * descending (match.c, skip_ok).
+ * rest of those tokens use, how long the longest rest is and whether the
+ * rest is whole UTF-8 characters: inside a JSON string most of the
+ * vocabulary can be taken without descending (match.c, skip_ok).
  */
 #include "gint.h"
 
@@ -174,6 +174,7 @@ static int build_aux(ds_gvocab *v, const tref *t, const uint32_t *endnode,
 	for (k = 0; k < v->n_toks; k++) {
 		uint64_t asc[2] = { 0, 0 };
 		uint32_t node = endnode[k], d = t[k].len;
+		uint16_t len = t[k].len > UINT16_MAX ? UINT16_MAX : (uint16_t)t[k].len;
 		int high = 0;
 
 		utf8_suffixes(t[k].p, t[k].len, ok);
@@ -186,6 +187,8 @@ static int build_aux(ds_gvocab *v, const tref *t, const uint32_t *endnode,
 				a->ascii[0] |= asc[0], a->ascii[1] |= asc[1];
 				a->high |= (uint8_t)high;
 				a->utf8 &= ok[d];
+				if (len - d > a->maxlen)
+					a->maxlen = (uint16_t)(len - d);
 			}
 			if (node == 0)
 				break;
