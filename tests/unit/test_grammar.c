@@ -410,6 +410,10 @@ static const char *const brute_grammars[] = {
 	"root ::= \"x\" r \"y\"\nr ::= \"a\" r \"b\" | \"a\" r | [0-9]*",
 	"root ::= [^\"]* \"\\\"\" ( \"e\" | \"E+\" )? [0-9]{1,3}",
 	"root ::= (\"name\" | \"na\" \"me\"? | \"12\" [0-9]) ( \" \" root )?",
+	/* runs of states: chains, a chain changing its bytes, a cycle */
+	"root ::= [a-z ]{0,7} [0-9]{2,9} \"\\\"\"",
+	"root ::= ( [a-z\"] [a-z\"] )* \".\"",
+	"root ::= \"\\\"\" [^\"]{0,30} \"\\\"\" \" \"?",
 };
 
 static void test_mask_brute_force(void)
@@ -442,6 +446,9 @@ static void test_mask_schema_brute_force(void)
 		"\"maxItems\":4}",
 		"{\"type\":\"string\",\"pattern\":\"^[a-z]+@[a-z]+\\\\.com$\"}",
 		"{\"type\":\"string\",\"format\":\"date-time\"}",
+		"{\"type\":\"string\",\"maxLength\":20}",
+		"{\"type\":\"array\",\"items\":{\"type\":\"string\",\"minLength\":2,"
+		"\"maxLength\":6}}",
 	};
 	uint64_t seed = t_seed();
 	tvocab tv;
