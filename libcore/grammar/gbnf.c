@@ -542,7 +542,8 @@ static int class_cached(parser *ps, const grv *r, uint64_t h, uint32_t *e)
 		const uint32_t *ci = &ps->clsinfo[3 * ps->clsmap.s[j].id];
 
 		if (ps->clsmap.s[j].hash == h && ci[1] == r->n &&
-		    memcmp(ps->clsr + ci[0], r->p, r->n * 2 * sizeof *r->p) == 0) {
+		    (r->n == 0 || memcmp(ps->clsr + ci[0], r->p,
+					 r->n * 2 * sizeof *r->p) == 0)) {
 			*e = ci[2];
 			return 1;
 		}
@@ -1174,7 +1175,8 @@ static int flatten(parser *ps, ds_grammar *g)
 		uint32_t k = g->rule_alt[a->rule] + fill[a->rule]++;
 
 		g->alt_start[k] = (uint32_t)n;
-		memcpy(g->elems + n, ps->ir + a->off, a->len * sizeof *g->elems);
+		if (a->len)
+			memcpy(g->elems + n, ps->ir + a->off, a->len * sizeof *g->elems);
 		n += a->len;
 		g->elems[n++] = ge_make(GE_END, 0);
 	}
