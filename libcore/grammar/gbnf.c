@@ -1270,6 +1270,7 @@ int gbnf_parse(const char *text, size_t len, const char *root,
 fail:
 	parser_free(&ps);
 	ds_grammar_free(g);
+	gerr_oneline(err);
 	return -1;
 }
 

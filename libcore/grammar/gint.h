@@ -123,6 +123,10 @@ size_t gutf8_dec(const uint8_t *s, size_t n, uint32_t *cp);
 /* Encode cp (a scalar value) into out[4]; its length. */
 size_t gutf8_enc(uint32_t cp, uint8_t *out);
 
+/* Messages quote names from the input (keys, keywords): their control
+ * characters become '?', so that a message stays one line. */
+void gerr_oneline(ds_err *err);
+
 /* ---- code point sets ------------------------------------------------------- */
 
 typedef struct grv {

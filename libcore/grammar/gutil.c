@@ -226,3 +226,14 @@ fail:
 	free(out.p);
 	return -1;
 }
+
+void gerr_oneline(ds_err *err)
+{
+	char *c;
+
+	if (err == NULL)
+		return;
+	for (c = err->msg; *c; c++)
+		if ((unsigned char)*c < 0x20 || *c == 0x7f)
+			*c = '?';
+}

@@ -1543,16 +1543,19 @@ void ds_gbuilder_free(ds_gbuilder *b)
 static int check_name(const ds_gbuilder *b, const char *name, ds_err *err)
 {
 	size_t i, n = strlen(name);
+	int bad = n == 0 || n > 128;
 
-	if (n == 0 || n > 128)
-		return ds_errf(err, "rule name '%.40s': 1 to 128 bytes", name);
-	for (i = 0; i < n; i++) {
+	for (i = 0; i < n && !bad; i++) {
 		char ch = name[i];
 
-		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-		      (ch >= '0' && ch <= '9') || ch == '-' || ch == '_'))
-			return ds_errf(err, "rule name '%.40s': only letters, digits, "
-				       "'-' and '_'", name);
+		bad = !((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+			(ch >= '0' && ch <= '9') || ch == '-' || ch == '_');
+	}
+	if (bad) {
+		ds_errf(err, "rule name '%.40s': 1 to 128 letters, digits, '-' "
+			"or '_'", name);
+		gerr_oneline(err);
+		return -1;
 	}
 	if (ns_has(&b->names, name))
 		return ds_errf(err, "rule '%s' defined twice", name);
@@ -1607,8 +1610,10 @@ int ds_gbuilder_schema(ds_gbuilder *b, const char *name, const json_t *schema,
 	for (i = 0; i < c.nrefs; i++)
 		free(c.refs[i].ref);
 	free(c.refs);
-	if (rc != 0)
+	if (rc != 0) {
 		bmark_restore(b, mk);
+		gerr_oneline(err);
+	}
 	return rc;
 }
 
