@@ -957,10 +957,19 @@ static int check_defined(parser *ps)
 	return 0;
 }
 
-static int nullable_rules(const ds_grammar *g, uint8_t *null)
+static int set_empty(const ds_grammar *g, uint32_t e)
 {
-	/* Worklist: an alternative's count of elements not yet known
-	 * nullable; occurrences of each rule as an element, by rule. */
+	const gset *s = &g->sets[ge_arg(e)];
+
+	return !(s->w[0] | s->w[1] | s->w[2] | s->w[3]);
+}
+
+/* The rules that can end having matched (productive: sets are fine when
+ * not empty) or having matched nothing (nullable: no set is): out[r]. */
+static int rules_ending(const ds_grammar *g, int productive, uint8_t *null)
+{
+	/* Worklist: an alternative's count of elements not yet known to
+	 * end; occurrences of each rule as an element, by rule. */
 	uint32_t *cnt = NULL, *occ_off = NULL, *occ = NULL, *work = NULL;
 	uint32_t *alt_rule = NULL, r, k, nwork = 0;
 	int rc = -1;
@@ -978,6 +987,8 @@ static int nullable_rules(const ds_grammar *g, uint8_t *null)
 
 			alt_rule[k] = r;
 			for (e = g->elems + g->alt_start[k]; ge_kind(*e) != GE_END; e++) {
+				if (ge_kind(*e) == GE_SET && productive && !set_empty(g, *e))
+					continue;
 				cnt[k]++;
 				if (ge_kind(*e) == GE_REF)
 					occ_off[ge_arg(*e) + 2]++;
@@ -1010,6 +1021,59 @@ out:
 	free(occ_off);
 	free(occ);
 	free(work);
+	return rc;
+}
+
+/* Drop the alternatives that can never end (an element that matches no
+ * text: an empty set, a rule all of whose alternatives are such): they
+ * add nothing to the language, and without them every live parse can be
+ * completed, so the matcher never follows a dead end.  The start rule
+ * must be left with something. */
+static int prune_unproductive(parser *ps, ds_grammar *g)
+{
+	uint8_t *prod = calloc((size_t)g->n_rules + 1, 1);
+	uint32_t *elems = malloc(((size_t)g->n_elems + 1) * sizeof *elems);
+	uint32_t r, k, n = 0, na = 0;
+	int rc = -1;
+
+	if (prod == NULL || elems == NULL || rules_ending(g, 1, prod) != 0) {
+		oom(ps);
+		goto out;
+	}
+	if (!prod[g->root]) {
+		const prule *o = &ps->rules[g->root];
+
+		perr(ps, o->at, "rule '%.*s' matches no text", (int)o->name_len, o->name);
+		goto out;
+	}
+	for (r = 0; r < g->n_rules; r++) {
+		uint32_t first = na;
+
+		for (k = g->rule_alt[r]; k < g->rule_alt[r + 1]; k++) {
+			const uint32_t *e = g->elems + g->alt_start[k], *p;
+
+			for (p = e; ge_kind(*p) != GE_END; p++)
+				if ((ge_kind(*p) == GE_REF && !prod[ge_arg(*p)]) ||
+				    (ge_kind(*p) == GE_SET && set_empty(g, *p)))
+					break;
+			if (ge_kind(*p) != GE_END)
+				continue;
+			g->alt_start[na++] = n;
+			memcpy(elems + n, e, (size_t)(p - e + 1) * sizeof *e);
+			n += (uint32_t)(p - e + 1);
+		}
+		g->rule_alt[r] = first;
+	}
+	g->rule_alt[g->n_rules] = na;
+	g->n_alts = na;
+	g->n_elems = n;
+	free(g->elems);
+	g->elems = elems;
+	elems = NULL;
+	rc = 0;
+out:
+	free(prod);
+	free(elems);
 	return rc;
 }
 
@@ -1120,7 +1184,7 @@ static int check_left_recursion(parser *ps, const ds_grammar *g)
 	uint32_t r, k;
 	int rc = -1;
 
-	if (null == NULL || comp == NULL || nullable_rules(g, null) != 0 ||
+	if (null == NULL || comp == NULL || rules_ending(g, 0, null) != 0 ||
 	    left_edges(g, null, &le) != 0 || scc(g, &le, comp) != 0) {
 		oom(ps);
 		goto out;
@@ -1261,7 +1325,8 @@ int gbnf_parse(const char *text, size_t len, const char *root,
 		goto fail;
 	}
 	g->root = rid;
-	if (flatten(&ps, g) != 0 || check_left_recursion(&ps, g) != 0)
+	if (flatten(&ps, g) != 0 || prune_unproductive(&ps, g) != 0 ||
+	    check_left_recursion(&ps, g) != 0)
 		goto fail;
 	byte_classes(g);
 	parser_free(&ps);

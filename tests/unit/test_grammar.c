@@ -152,8 +152,26 @@ static void test_parse_errors(void)
 	PARSE_ERR("root ::= \"a\" @", "1:14: unexpected '@'");
 	PARSE_ERR("\n\nexpr ::= expr \"+\" \"1\" | \"1\"\nroot ::= expr",
 		  "3:1: rule 'expr' is left-recursive");
-	PARSE_ERR("root ::= a\na ::= b \"x\"\nb ::= \"y\"? a",
+	PARSE_ERR("root ::= a\na ::= b \"x\" | \"z\"\nb ::= \"y\"? a",
 		  "2:1: rule 'a' is left-recursive");
+	PARSE_ERR("root ::= r\nr ::= \"\" r", "1:1: rule 'root' matches no text");
+	PARSE_ERR("root ::= [^\\x00-\\U0010FFFF]", "1:1: rule 'root' matches no text");
+}
+
+/* Alternatives that can never end are dropped: no dead ends. */
+static void test_unproductive_pruned(void)
+{
+	ds_grammar *g = parse("root ::= \"a\" | x | \"c\" []\nx ::= \"b\" x");
+	ds_gmatch *m;
+	ds_err err;
+
+	ACCEPT(g, "a");
+	REJECT(g, "b");
+	REJECT(g, "c");
+	T_CHECK(ds_gmatch_new(g, &m, &err) == 0);
+	T_CHECK(ds_gmatch_can_continue(m) && !ds_gmatch_complete(m));
+	ds_gmatch_free(m);
+	ds_grammar_free(g);
 }
 
 static void test_recursion(void)
@@ -607,6 +625,7 @@ static void test_schema_refusals(void)
 		   "\"$defs\":{\"b\":{\"type\":\"string\",\"format\":\"x\"}}}",
 		   "schema.$defs.b.format: unsupported format 'x'");
 	SCHEMA_ERR("false", "schema: schema false: no value is valid");
+	T_CHECK(strstr(schema_error("{\"$ref\":\"#\"}", NULL), "matches no text") != NULL);
 	SCHEMA_ERR("3", "schema: a schema must be an object or a boolean");
 	SCHEMA_ERR("{\"type\":\"strin\"}", "schema: unknown type 'strin'");
 	SCHEMA_ERR("{\"allOf\":[{\"type\":\"string\"},{\"type\":\"integer\"}]}",
@@ -750,6 +769,7 @@ int main(void)
 	T_RUN(test_classes);
 	T_RUN(test_parse_errors);
 	T_RUN(test_recursion);
+	T_RUN(test_unproductive_pruned);
 	T_RUN(test_utf8_classes);
 	T_RUN(test_rollback_clone);
 	T_RUN(test_stack_limit);
