@@ -229,6 +229,10 @@ int ds_gvocab_build(size_t n, const uint8_t *const *bytes,
 		goto fail;
 	for (i = 0; i < v->n_toks; i++)
 		cap += t[i].len;
+	if (cap > UINT32_MAX - 2) {
+		ds_errf(err, "vocabulary of %zu token bytes: too large", cap);
+		goto fail;
+	}
 	endnode = ds_calloc(v->n_toks + 1, sizeof *endnode, err);
 	parent = ds_calloc(cap + 2, sizeof *parent, err);
 	v->toks = ds_calloc(v->n_toks + 1, sizeof *v->toks, err);
