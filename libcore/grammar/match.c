@@ -102,6 +102,7 @@ struct ds_gmatch {
 	uint32_t *out;
 	size_t on, ocap;
 	uint8_t out_complete;
+	size_t visits;         /* positions visited in this call */
 	/* the mask walk: the state at each trie depth */
 	uint32_t *dstate;
 	size_t dcap;
@@ -456,6 +457,11 @@ static uint32_t closure_run(ds_gmatch *m)
 		}
 		if (seen)
 			continue;
+		if (++m->visits > DS_GMATCH_MAX_WORK) {
+			ds_errf(m->err, "grammar matcher: more than %u parse steps in one "
+				"call (the grammar is too ambiguous)", DS_GMATCH_MAX_WORK);
+			return T_ERR;
+		}
 		if (closure_one(m, (uint32_t)(key >> 32), (uint32_t)key) != 0)
 			return T_ERR;
 	}
@@ -750,6 +756,7 @@ int ds_gmatch_accept_bytes(ds_gmatch *m, const void *bytes, size_t len,
 	uint32_t s;
 
 	m->err = err;
+	m->visits = 0;
 	if (maybe_gc(m) != 0)
 		return -1;
 	s = run_bytes(m, m->cur, bytes, len);
@@ -1119,6 +1126,7 @@ int ds_gmatch_mask(ds_gmatch *m, const ds_gvocab *v, uint64_t *bits,
 	uint32_t s;
 
 	m->err = err;
+	m->visits = 0;
 	if (maybe_gc(m) != 0 || mask_cache_setup(m, v) != 0)
 		return -1;
 	s = m->cur;
