@@ -66,7 +66,8 @@ static int in_set(const uint32_t *r, size_t n, uint32_t cp)
 	return 0;
 }
 
-/* The controls JSON.stringify writes \u00XX, high nibble hi, in the set. */
+/* The controls JSON.stringify writes \u00XX, high nibble hi, in the set:
+ * "h" then a class of low nibbles; 0 when none. */
 static int hex_controls(gbuf *out, const uint32_t *r, size_t n, unsigned hi,
 			int *first)
 {
@@ -87,7 +88,7 @@ static int hex_controls(gbuf *out, const uint32_t *r, size_t n, unsigned hi,
 		return 0;
 	gbuf_puts(out, *first ? "" : " | ");
 	*first = 0;
-	return gbuf_printf(out, "\"\\\\u00%u\" [%.*s]", hi, (int)k, cls);
+	return gbuf_printf(out, "\"%u\" [%.*s]", hi, (int)k, cls);
 }
 
 /* r minus the controls, '"' and '\\': what JSON writes raw. */
@@ -112,16 +113,43 @@ static int raw_part(const uint32_t *r, size_t n, grv *raw)
 	return 0;
 }
 
+/* After the backslash of an escape: the letters of \" \\ \b \t \n \f
+ * \r in the set, then u00XX for the other controls. */
+static void escapes(gbuf *out, const uint32_t *r, size_t n)
+{
+	static const struct { uint32_t cp; const char *cls; } named[] = {
+		{ '"', "\"" }, { '\\', "\\\\" }, { 8, "b" }, { 9, "t" },
+		{ 10, "n" }, { 12, "f" }, { 13, "r" },
+	};
+	gbuf cls = { 0 }, u = { 0 };
+	size_t i;
+	int first = 1;
+
+	for (i = 0; i < sizeof named / sizeof named[0]; i++)
+		if (in_set(r, n, named[i].cp))
+			gbuf_puts(&cls, named[i].cls);
+	hex_controls(&u, r, n, 0, &first);
+	hex_controls(&u, r, n, 1, &first);
+	gbuf_puts(out, "\"\\\\\" ( ");
+	if (cls.n)
+		gbuf_printf(out, "[%s]", cls.p);
+	if (u.n)
+		gbuf_printf(out, "%s\"u00\" ( %s )", cls.n ? " | " : "", u.p);
+	gbuf_puts(out, " )");
+	gbuf_free(&cls);
+	gbuf_free(&u);
+}
+
+/* Whether the set has a character JSON writes escaped. */
+static int has_escaped(const uint32_t *r, size_t n)
+{
+	return r[0] < 0x20 || in_set(r, n, '"') || in_set(r, n, '\\');
+}
+
 int gjson_cpset(gbuf *out, const uint32_t *r, size_t n)
 {
-	static const struct { uint32_t cp; const char *text; } named[] = {
-		{ '"', "\"\\\\\\\"\"" }, { '\\', "\"\\\\\\\\\"" },
-		{ 8, "\"\\\\b\"" }, { 9, "\"\\\\t\"" }, { 10, "\"\\\\n\"" },
-		{ 12, "\"\\\\f\"" }, { 13, "\"\\\\r\"" },
-	};
 	grv raw = { 0 };
-	int first = 1;
-	size_t i;
+	int esc = n && has_escaped(r, n);
 
 	if (raw_part(r, n, &raw) != 0) {
 		free(raw.p);
@@ -129,20 +157,13 @@ int gjson_cpset(gbuf *out, const uint32_t *r, size_t n)
 		return -1;
 	}
 	gbuf_puts(out, "(");
-	if (raw.n) {
+	if (raw.n)
 		class_text(out, &raw);
-		first = 0;
-	}
-	for (i = 0; i < sizeof named / sizeof named[0]; i++) {
-		if (!in_set(r, n, named[i].cp))
-			continue;
-		gbuf_puts(out, first ? "" : " | ");
-		gbuf_puts(out, named[i].text);
-		first = 0;
-	}
-	hex_controls(out, r, n, 0, &first);
-	hex_controls(out, r, n, 1, &first);
-	if (first)
+	if (raw.n && esc)
+		gbuf_puts(out, " | ");
+	if (esc)
+		escapes(out, r, n);
+	if (!raw.n && !esc)
 		gbuf_puts(out, "[]");
 	free(raw.p);
 	return gbuf_puts(out, ")");
