@@ -30,7 +30,7 @@ static void walk(const ds_grammar *g, uint64_t *seed, int check)
 
 	if (ds_gmatch_new(g, &m, &err) != 0)
 		return;
-	for (step = 0; step < 300; step++) {
+	for (step = 0; step < 200; step++) {
 		int32_t t;
 
 		if (ds_gmatch_mask(m, gv->v, bits, &err) != 0)
@@ -81,7 +81,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	FZ_CHECK(ds_grammar_schema_text(s, NULL, &text, &len, &err) == 0);
 	FZ_CHECK(ds_grammar_parse(text, len, &again, &err) == 0);
-	for (w = 0; w < 4; w++)
+	for (w = 0; w < 3; w++)
 		walk(g, &seed, w == 0);
 	free(text);
 	ds_grammar_free(again);
