@@ -34,7 +34,7 @@
 /* Work one call (an accept or a mask) may do: parse positions visited
  * while computing new states.  A grammar that needs more (too ambiguous
  * for the text at hand) fails the call with an error, not a stall. */
-#define DS_GMATCH_MAX_WORK     (1u << 22)
+#define DS_GMATCH_MAX_WORK     (1u << 20)
 /* Steps (tokens or byte strings accepted) ds_gmatch_rollback can undo. */
 #define DS_GMATCH_HISTORY      256u
 #define DS_GVOCAB_MAX_TOKENS   (1u << 24)
