@@ -30,7 +30,7 @@ static void drive(const ds_grammar *g, const uint8_t *d, size_t n)
 		FZ_CHECK(memchr(err.msg, '\0', sizeof err.msg) != NULL);
 		return;
 	}
-	for (i = 0; i < n && i < 200; i++) {
+	for (i = 0; i < n && i < 64; i++) {
 		int32_t t;
 		int r = ds_gmatch_accept_bytes(m, &d[i], 1, &err), comp;
 
