@@ -630,7 +630,7 @@ static int get_bound(sc *c, const json_t *s, const char *k, int is_min,
 		return serr(c, "'%s' must be a number", k);
 	d = json_number_value(x);
 	if (fabs(d) > (double)SJSON_MAX_BOUND)
-		return serr(c, "'%s': magnitude over 1e18 unsupported", k);
+		return serr(c, "'%s': magnitude over 2^53 unsupported", k);
 	r = is_min ? ceil(d) : floor(d);
 	if (r != d) {
 		if (!integer)

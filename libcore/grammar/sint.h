@@ -25,8 +25,10 @@ typedef struct sbound {
 	int64_t v;
 } sbound;
 
-/* Magnitude allowed for a bound (keeps the arithmetic in int64). */
-#define SJSON_MAX_BOUND 1000000000000000000ll
+/* Magnitude allowed for a bound: 2^53 - 1.  Past it JSON numbers read as
+ * doubles (as validators do) no longer tell neighbouring integers apart,
+ * while the grammar compares the decimal text exactly. */
+#define SJSON_MAX_BOUND 9007199254740991ll
 
 int sjson_string_text(gbuf *b, const char *s, size_t n);
 int sjson_number_text(gbuf *b, double d);
