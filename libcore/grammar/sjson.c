@@ -280,15 +280,37 @@ void sjson_uint_range(gbuf *b, uint64_t a, uint64_t hi)
 
 /* ---- number ranges --------------------------------------------------------------- */
 
+/* Fraction digits that keep x (a bound) apart from the values next to
+ * it once read as doubles: 10^-D is at least the gap between doubles at
+ * x.  A validator reads "4.99999999999999999" as 5: under an exclusive
+ * maximum of 5 that text is invalid although its decimal value is not. */
+static int frac_digits(int64_t x)
+{
+	double d = (double)(x < 0 ? -x : x);
+	double ulp = nextafter(d, INFINITY) - d;
+	int k = (int)floor(-log10(ulp));
+
+	return k > 23 ? 23 : k;
+}
+
+static void alt(gbuf *b, int *any)
+{
+	gbuf_puts(b, *any ? " | " : "");
+	*any = 1;
+}
+
 /* One side of a bounded number: values v >= 0 written without a sign, v =
  * I + f, between lo and hi (exclusive or not, each may be absent).  Bounds
  * are whole numbers, so whether I + f is within one depends on I and on
- * whether f is 0 only.  *any: something was written. */
+ * whether f is 0, except right below an exclusive maximum and right above
+ * an exclusive minimum, where the fraction's digits are bounded
+ * (frac_digits).  *any: something was written. */
 static void side(gbuf *b, const sbound *lo, const sbound *hi, int integer,
 		 int *any)
 {
-	int64_t lo_i = 0, lo_e = -1, hi_i = INT64_MAX, hi_z = -1;
+	int64_t lo_i = 0, lo_e = -1, hi_i = INT64_MAX, hi_z = -1, top;
 	const char *frac = integer ? "" : " ( \".\" [0-9]{1,23} )?";
+	int near_hi = hi->set && hi->excl && !integer, d;
 
 	if (lo->set && lo->v >= 0) {
 		lo_i = lo->excl ? lo->v + 1 : lo->v;
@@ -300,22 +322,34 @@ static void side(gbuf *b, const sbound *lo, const sbound *hi, int integer,
 		hi_i = hi->v - 1;
 		hi_z = hi->excl ? -1 : hi->v;
 	}
-	if (lo_i <= hi_i) {
-		gbuf_puts(b, *any ? " | " : "");
+	/* I in [lo_i, top] with any fraction; I = hi_i below an exclusive
+	 * maximum with a bounded one */
+	top = near_hi ? hi_i - 1 : hi_i;
+	if (lo_i <= top) {
+		alt(b, any);
 		sjson_uint_range(b, (uint64_t)lo_i,
-				 hi_i == INT64_MAX ? UINT64_MAX : (uint64_t)hi_i);
+				 top == INT64_MAX ? UINT64_MAX : (uint64_t)top);
 		gbuf_puts(b, frac);
-		*any = 1;
 	}
-	if (lo_e >= 0 && lo_e <= hi_i) {
-		gbuf_printf(b, "%s\"%lld\" \".\" \"0\"{0,22} [1-9] [0-9]{0,22}",
-			    *any ? " | " : "", (long long)lo_e);
-		*any = 1;
+	if (near_hi && lo_i <= hi_i) {
+		d = frac_digits(hi->v);
+		alt(b, any);
+		gbuf_printf(b, "\"%lld\"", (long long)hi_i);
+		if (d > 0)
+			gbuf_printf(b, " ( \".\" [0-9]{1,%d} )?", d);
+	}
+	/* I = lo above an exclusive minimum: a fraction not 0 */
+	d = frac_digits(lo_e);
+	if (near_hi && lo_e == hi_i && frac_digits(hi->v) < d)
+		d = frac_digits(hi->v);
+	if (lo_e >= 0 && lo_e <= hi_i && d > 0) {
+		alt(b, any);
+		gbuf_printf(b, "\"%lld\" \".\" [0-9]{0,%d} [1-9]", (long long)lo_e, d - 1);
 	}
 	if (hi_z >= 0 && hi_z >= lo_i) {
-		gbuf_printf(b, "%s\"%lld\"%s", *any ? " | " : "", (long long)hi_z,
+		alt(b, any);
+		gbuf_printf(b, "\"%lld\"%s", (long long)hi_z,
 			    integer ? "" : " ( \".\" \"0\"{1,23} )?");
-		*any = 1;
 	}
 }
 
