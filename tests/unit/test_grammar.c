@@ -616,6 +616,8 @@ static void test_schema_refusals(void)
 		   "schema: minLength/maxLength over 10000 unsupported");
 	SCHEMA_ERR("{\"type\":\"number\",\"minimum\":0.5}",
 		   "schema: 'minimum': only whole-number bounds on numbers");
+	SCHEMA_ERR("{\"type\":\"integer\",\"maximum\":9007199254740992}",
+		   "schema: 'maximum': magnitude over 2^53 unsupported");
 	SCHEMA_ERR("{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}",
 		   "schema: no number satisfies the bounds");
 	SCHEMA_ERR("{\"$ref\":\"http://x.org/s.json\"}",
@@ -672,6 +674,33 @@ static void test_whitespace_policy(void)
 	REJECT(g, " {}");
 	REJECT(g, "{}  ");
 	REJECT(g, "{\"b\":1}");
+	ds_grammar_free(g);
+}
+
+/* Near an exclusive bound a number's fraction is cut where doubles stop
+ * telling it from the bound: a validator reads 4.99999999999999999 as 5. */
+static void test_exclusive_bounds_rounding(void)
+{
+	ds_grammar *g = schema_grammar("{\"type\":\"number\",\"exclusiveMinimum\":4,"
+				       "\"exclusiveMaximum\":5}");
+
+	ACCEPT(g, "4.5");
+	ACCEPT(g, "4.000000000000001");
+	ACCEPT(g, "4.999999999999999");
+	REJECT(g, "4.0000000000000001");
+	REJECT(g, "4.99999999999999999");
+	PREFIX(g, "4.0");
+	PREFIX(g, "4");
+	REJECT(g, "5");
+	ds_grammar_free(g);
+	g = schema_grammar("{\"type\":\"number\",\"exclusiveMaximum\":0,\"minimum\":-2}");
+	ACCEPT(g, "-0.5");
+	ACCEPT(g, "-2");
+	ACCEPT(g, "-0.000000000000000000001");
+	REJECT(g, "0");
+	PREFIX(g, "-0.0");
+	PREFIX(g, "-0");
+	REJECT(g, "-2.5");
 	ds_grammar_free(g);
 }
 
@@ -779,6 +808,7 @@ int main(void)
 	T_RUN(test_gc_keeps_state);
 	T_RUN(test_schema_refusals);
 	T_RUN(test_whitespace_policy);
+	T_RUN(test_exclusive_bounds_rounding);
 	T_RUN(test_json_object_mode);
 	T_RUN(test_schema_text);
 	T_RUN(test_builder_tool_calls);
