@@ -30,7 +30,7 @@
 #define DS_SCHEMA_MAX_DEPTH    64u                /* nested subschemas */
 /* Parallel parses (stacks) a matcher follows at once: an ambiguous grammar
  * that needs more fails with an error instead of slowing down without end. */
-#define DS_GMATCH_MAX_STACKS   4096u
+#define DS_GMATCH_MAX_STACKS   1024u
 /* Work one call (an accept or a mask) may do: parse positions visited
  * while computing new states.  A grammar that needs more (too ambiguous
  * for the text at hand) fails the call with an error, not a stall. */
