@@ -49,6 +49,9 @@
 /* How far a run is followed ahead (run_depth), and "no end". */
 #define RUN_CAP 64
 #define RUN_INF UINT16_MAX
+/* States with more stacks than this get no run: computing one costs 128
+ * transitions and as many states ahead, each the closure of every stack. */
+#define RUN_MAX_TOPS 64
 
 /* A state's run (skip_ok): the ASCII bytes that all lead to one state,
  * next; how many characters from those bytes keep the text alive in a
@@ -894,6 +897,10 @@ static int run_base(ds_gmatch *m, uint32_t s)
 	unsigned b, c;
 	size_t k;
 
+	if (m->t.st[s].n > RUN_MAX_TOPS) {
+		m->t.st[s].run = (grun){ .next = NONE, .base = 1 };
+		return 0;
+	}
 	for (b = 0; b < 128; b++)
 		if ((to[b] = trans_get(m, s, b)) == T_ERR)
 			return -1;
