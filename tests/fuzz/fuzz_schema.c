@@ -30,12 +30,12 @@ static void walk(const ds_grammar *g, uint64_t *seed, int check)
 
 	if (ds_gmatch_new(g, &m, &err) != 0)
 		return;
-	for (step = 0; step < 200; step++) {
+	for (step = 0; step < 120; step++) {
 		int32_t t;
 
 		if (ds_gmatch_mask(m, gv->v, bits, &err) != 0)
 			break;
-		if (check && step % 8 == 0)
+		if (check && step % 16 == 0)
 			gfz_check_mask(m, gv, bits);
 		if (gfz_bit(bits, (size_t)gv->eos) && ds_xorshift64s(seed) % 4 == 0)
 			t = gv->eos;
@@ -81,7 +81,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	FZ_CHECK(ds_grammar_schema_text(s, NULL, &text, &len, &err) == 0);
 	FZ_CHECK(ds_grammar_parse(text, len, &again, &err) == 0);
-	for (w = 0; w < 3; w++)
+	for (w = 0; w < 2; w++)
 		walk(g, &seed, w == 0);
 	free(text);
 	ds_grammar_free(again);
