@@ -22,15 +22,37 @@ CFLAGS  += -std=gnu11 $(OPT) -g -Wall -Wextra -Werror -pthread -fopenmp \
 LDFLAGS ?=
 LDLIBS  = -ljansson -larchive -lz -lpcre2-8 -licuuc -lnuma -lmicrohttpd -lpthread -lm -fopenmp
 
+# The architecture comes from the compiler's target: x86-64 or AArch64.
+# Each has its own ISA files in kernels/ and, where they differ, its own
+# files elsewhere (NAME_x86.c, NAME_arm.c); the other's are left out.
+MACHINE := $(shell $(CC) -dumpmachine)
+ifneq ($(filter x86_64-%,$(MACHINE)),)
+ARCH = x86
+NOT_ARCH = arm
+else ifneq ($(filter aarch64-%,$(MACHINE)),)
+ARCH = arm
+NOT_ARCH = x86
+else
+$(error ds builds for x86-64 and AArch64; $(CC) targets "$(MACHINE)")
+endif
+ISA_SRC_x86 = kernels/avx2.c kernels/avxvnni.c kernels/avx512.c kernels/amx.c
+ISA_SRC_arm = kernels/neon.c kernels/dotprod.c kernels/i8mm.c
+
 # Each ISA's kernels are compiled with their own flags and chosen at run
-# time; nothing else targets the build machine.
+# time; nothing else targets the build machine.  AArch64: neon.c is plain
+# ARMv8-A (Advanced SIMD is part of it); sdot is ARMv8.2's DotProd,
+# smmla and bfdot/bfmmla ARMv8.6's I8MM and BF16 (taken one by one, not as
+# -march=armv8.6-a: Neoverse V1 has them without being 8.6).
+KFLAGS_dotprod = -march=armv8.2-a+dotprod
+KFLAGS_i8mm   = -march=armv8.2-a+dotprod+i8mm+bf16
 KFLAGS_avx2   = -mavx2 -mfma -mf16c
 KFLAGS_avx512 = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni \
 		-mavx512bf16 -mfma -mf16c
 KFLAGS_avxvnni = -mavx2 -mfma -mf16c -mavxvnni
 KFLAGS_amx    = $(KFLAGS_avx512) -mamx-tile -mamx-int8
 
-LIB_SRC  = $(wildcard base/*.c kernels/*.c libcore/*/*.c libcore/*/*/*.c)
+LIB_SRC  = $(filter-out $(ISA_SRC_$(NOT_ARCH)) %_$(NOT_ARCH).c, \
+	   $(wildcard base/*.c kernels/*.c libcore/*/*.c libcore/*/*/*.c))
 LIB_OBJ  = $(LIB_SRC:%.c=$(O)/%.o)
 CMD_SRC  = $(wildcard cmd/ds-*.c)
 PROGS    = $(CMD_SRC:cmd/%.c=$(BIN)/%)
