@@ -28,7 +28,7 @@ void ds_cpu_detect(int *supported)
 	int dotprod = neon && (hw & HW_ASIMDDP);
 
 	supported[DS_ISA_NEON] = neon;
-	(void)dotprod;
+	supported[DS_ISA_DOTPROD] = dotprod;
 	(void)hw2;
 }
 
@@ -37,6 +37,10 @@ void ds_cpu_fill(ds_kernels *tables, const int *supported)
 	if (supported[DS_ISA_NEON]) {
 		tables[DS_ISA_NEON] = tables[DS_ISA_SCALAR];
 		ds_kernels_fill_neon(&tables[DS_ISA_NEON]);
+	}
+	if (supported[DS_ISA_DOTPROD]) {
+		tables[DS_ISA_DOTPROD] = tables[DS_ISA_NEON];
+		ds_kernels_fill_dotprod(&tables[DS_ISA_DOTPROD]);
 	}
 }
 

@@ -281,5 +281,9 @@ void ds_kernels_fill_i8mm(ds_kernels *k);
  * calls for what it leaves (and for bf16), and its peaks. */
 ds_mm_fn ds_avx512x_mm_q4, ds_avx512x_mm_q8, ds_avx512x_mm_bf16;
 uint64_t ds_avx512_peak_probe(int kind, uint64_t iters);
+/* dotprod.c's q4 and q8 products (sdot), which i8mm.c decodes with, and
+ * its peaks. */
+ds_mm_fn ds_dotprod_mm_q4, ds_dotprod_mm_q8;
+uint64_t ds_dotprod_peak_probe(int kind, uint64_t iters);
 
 #endif
