@@ -29,7 +29,7 @@ void ds_cpu_detect(int *supported)
 
 	supported[DS_ISA_NEON] = neon;
 	supported[DS_ISA_DOTPROD] = dotprod;
-	(void)hw2;
+	supported[DS_ISA_I8MM] = dotprod && (hw2 & HW2_I8MM) && (hw2 & HW2_BF16);
 }
 
 void ds_cpu_fill(ds_kernels *tables, const int *supported)
@@ -41,6 +41,10 @@ void ds_cpu_fill(ds_kernels *tables, const int *supported)
 	if (supported[DS_ISA_DOTPROD]) {
 		tables[DS_ISA_DOTPROD] = tables[DS_ISA_NEON];
 		ds_kernels_fill_dotprod(&tables[DS_ISA_DOTPROD]);
+	}
+	if (supported[DS_ISA_I8MM]) {
+		tables[DS_ISA_I8MM] = tables[DS_ISA_DOTPROD];
+		ds_kernels_fill_i8mm(&tables[DS_ISA_I8MM]);
 	}
 }
 
