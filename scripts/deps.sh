@@ -31,9 +31,11 @@ esac
 # make arm64: the libraries' -dev packages of both architectures are
 # Multi-Arch: same (co-installable); the cross gcc finds the arm64 ones in
 # /usr/lib/aarch64-linux-gnu, qemu-aarch64 runs the programs and tests
-# (their loader and libc from libc6:arm64, which the -dev packages bring);
-# make test-arm64 also runs the golden-logit checks (python3-numpy)
-arm64_pkgs="gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user python3-numpy
+# with the multiarch loader and libraries (libc6:arm64, which the -dev
+# packages bring, and libgomp1:arm64: the cross toolchain's own copies
+# are only for linking); make test-arm64 also runs the golden-logit
+# checks (python3-numpy)
+arm64_pkgs="gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user python3-numpy libgomp1:arm64
 zlib1g-dev:arm64 libarchive-dev:arm64 libjansson-dev:arm64 libnuma-dev:arm64
 libpcre2-dev:arm64 libmicrohttpd-dev:arm64 libzstd-dev:arm64 libicu-dev:arm64"
 [ "${1:-}" = "--arm64" ] && pkgs="$pkgs $arm64_pkgs"
