@@ -1,6 +1,6 @@
 /*
  * neon_q.h - the AArch64 q4, q8 and bf16 matrix products over ds-model(5)
- * row-sets, shared by neon.c (Q_SDOT 0: int8 products by smull + sadalp),
+ * row-sets, shared by neon.c (Q_SDOT 0: int8 products by smull, addp, sadalp),
  * dotprod.c and i8mm.c (Q_SDOT 1: sdot by element).  The includer defines
  * Q_SDOT, and Q_BF16: 0 no bf16 products, 1 neon.c's (bf16 widened to
  * fp32, FMA), 2 the includer's bf16_tile (i8mm.c's bfdot) under bf16_mm.
@@ -31,18 +31,7 @@
 #define Q_PF 2048
 #define Q_STREAMS 2    /* row-sets streamed at once in decode */
 
-/* ---- a 32-block's integer sums of four rows ------------------------------- */
-
-/* sdot: a holds the four sums; smull + sadalp: a rows 0-1, b rows 2-3,
- * each row's sum split over two lanes until qsum_rows. */
-typedef struct qsum {
-	int32x4_t a, b;
-} qsum;
-
-AI qsum qsum_zero(void)
-{
-	return (qsum){ .a = vdupq_n_s32(0), .b = vdupq_n_s32(0) };
-}
+/* ---- a 32-block's integer sums of four rows (32-bit lanes) -------------- */
 
 /* The four bytes of lane L of x in every lane (L a constant: the switch
  * folds). */
@@ -59,33 +48,23 @@ AI int8x16_t q_lane(int8x16_t x, const int L)
 }
 
 /* s + the dot products of w's four rows (4 signed bytes each) with the 4
- * activation bytes of lane L of x. */
-AI qsum qdot(qsum s, int8x16_t w, int8x16_t x, const int L)
+ * activation bytes of lane L of x, s the four rows' 32-bit sums. */
+AI int32x4_t qdot(int32x4_t s, int8x16_t w, int8x16_t x, const int L)
 {
 #if Q_SDOT
 	switch (L) {
-	case 0: s.a = vdotq_laneq_s32(s.a, w, x, 0); break;
-	case 1: s.a = vdotq_laneq_s32(s.a, w, x, 1); break;
-	case 2: s.a = vdotq_laneq_s32(s.a, w, x, 2); break;
-	default: s.a = vdotq_laneq_s32(s.a, w, x, 3); break;
+	case 0: return vdotq_laneq_s32(s, w, x, 0);
+	case 1: return vdotq_laneq_s32(s, w, x, 1);
+	case 2: return vdotq_laneq_s32(s, w, x, 2);
+	default: return vdotq_laneq_s32(s, w, x, 3);
 	}
 #else
 	int8x16_t b = q_lane(x, L);
+	/* the products in 16 bits, adjacent ones added (at most 2 x 128 x 127:
+	 * no overflow), each row's two pairs added into its 32-bit lane */
+	int16x8_t p = vpaddq_s16(vmull_s8(vget_low_s8(w), vget_low_s8(b)), vmull_high_s8(w, b));
 
-	/* products of at most 127 * 127 in 16 bits, pairs added into 32 */
-	s.a = vpadalq_s16(s.a, vmull_s8(vget_low_s8(w), vget_low_s8(b)));
-	s.b = vpadalq_s16(s.b, vmull_high_s8(w, b));
-#endif
-	return s;
-}
-
-/* The four rows' sums. */
-AI int32x4_t qsum_rows(qsum s)
-{
-#if Q_SDOT
-	return s.a;
-#else
-	return vpaddq_s32(s.a, s.b);
+	return vpadalq_s16(s, p);
 #endif
 }
 
@@ -154,7 +133,7 @@ AI size_t q_rows(const ds_mat *w, size_t rs)
  * base, as in ds_qgrp_w less the group's own offset) by TT activation
  * rows from xq (rows ldq apart): I[r][t][j] += the exact integer sums. */
 AI void q_blk(const uint8_t *gw, size_t rsb, size_t k, const int8_t *xq, size_t ldq,
-	      qsum I[2][QTT][4], const int is4, const int R, const int TT)
+	      int32x4_t I[2][QTT][4], const int is4, const int R, const int TT)
 {
 	const uint8x16_t m4 = vdupq_n_u8(15), bias = vdupq_n_u8(0x80);
 	int8x16_t X[QTT][2];
@@ -244,7 +223,7 @@ AI void q_tile(const ds_mat *w, size_t rs, size_t sets, const ds_act *x, size_t 
 					A[r][t][j] = vdupq_n_f32(0);
 		}
 		for (k = g * G; k < (g + 1) * G; k += DS_QBLOCK) {
-			qsum I[2][QTT][4];
+			int32x4_t I[2][QTT][4];
 
 			if (pf)
 #pragma GCC unroll 2
@@ -259,7 +238,7 @@ AI void q_tile(const ds_mat *w, size_t rs, size_t sets, const ds_act *x, size_t 
 				for (t = 0; t < TT; t++)
 #pragma GCC unroll 4
 					for (j = 0; j < 4; j++)
-						I[r][t][j] = qsum_zero();
+						I[r][t][j] = vdupq_n_s32(0);
 			q_blk(gw, rsb, k, xq, ldq, I, is4, R, TT);
 #pragma GCC unroll 2
 			for (t = 0; t < TT; t++) {
@@ -267,7 +246,7 @@ AI void q_tile(const ds_mat *w, size_t rs, size_t sets, const ds_act *x, size_t 
 				for (r = 0; r < R; r++)
 #pragma GCC unroll 4
 					for (j = 0; j < 4; j++)
-						A[r][t][j] = q_blk_fma(A[r][t][j], qsum_rows(I[r][t][j]),
+						A[r][t][j] = q_blk_fma(A[r][t][j], I[r][t][j],
 								       xd[t * nb + k / DS_QBLOCK]);
 				S[t] += xs[t * nb + k / DS_QBLOCK];
 			}
