@@ -8,6 +8,11 @@
 #   make demo       convert the shipped demo model and run the pipeline
 #   make bench      the benchmark suite, written to bench/report.md
 #   make install    PREFIX=/usr/local DESTDIR=
+#   make arm64      cross-build the programs and tests for AArch64 into
+#                   bin-arm64/ and build-arm64/ (docs/arm64.md)
+#   make test-arm64 run them under qemu-user: the unit tests on each
+#                   emulated CPU, the golden-logit checks of ds-run
+#                   (make test-arm64-kernels: test_kernels alone)
 #   make clean
 
 CC      ?= cc
@@ -22,15 +27,41 @@ CFLAGS  += -std=gnu11 $(OPT) -g -Wall -Wextra -Werror -pthread -fopenmp \
 LDFLAGS ?=
 LDLIBS  = -ljansson -larchive -lz -lpcre2-8 -licuuc -lnuma -lmicrohttpd -lpthread -lm -fopenmp
 
+# The architecture comes from the compiler's target: x86-64 or AArch64.
+# Each has its own ISA files in kernels/ and, where they differ, its own
+# files elsewhere (NAME_x86.c, NAME_arm.c); the other's are left out.
+MACHINE := $(shell $(CC) -dumpmachine)
+ifneq ($(filter x86_64-%,$(MACHINE)),)
+ARCH = x86
+NOT_ARCH = arm
+else ifneq ($(filter aarch64-%,$(MACHINE)),)
+ARCH = arm
+NOT_ARCH = x86
+else
+$(error ds builds for x86-64 and AArch64; $(CC) targets "$(MACHINE)")
+endif
+ISA_SRC_x86 = kernels/avx2.c kernels/avxvnni.c kernels/avx512.c kernels/amx.c
+ISA_SRC_arm = kernels/neon.c kernels/dotprod.c kernels/i8mm.c
+
 # Each ISA's kernels are compiled with their own flags and chosen at run
-# time; nothing else targets the build machine.
+# time; nothing else targets the build machine.  AArch64: neon.c is plain
+# ARMv8-A (Advanced SIMD is part of it); sdot is ARMv8.2's DotProd,
+# smmla and bfdot ARMv8.6's I8MM and BF16 (taken one by one, not as
+# -march=armv8.6-a: Neoverse V1 has them without being 8.6).
+# All three without GCC's scheduling before register allocation: it hoists
+# a block's weight loads ahead of their products and spills the sums (the
+# q4/q8 loops' stack loads and stores 7 to 14 times as many with it).
+KFLAGS_neon   = -fno-schedule-insns
+KFLAGS_dotprod = -march=armv8.2-a+dotprod -fno-schedule-insns
+KFLAGS_i8mm   = -march=armv8.2-a+dotprod+i8mm+bf16 -fno-schedule-insns
 KFLAGS_avx2   = -mavx2 -mfma -mf16c
 KFLAGS_avx512 = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni \
 		-mavx512bf16 -mfma -mf16c
 KFLAGS_avxvnni = -mavx2 -mfma -mf16c -mavxvnni
 KFLAGS_amx    = $(KFLAGS_avx512) -mamx-tile -mamx-int8
 
-LIB_SRC  = $(wildcard base/*.c kernels/*.c libcore/*/*.c libcore/*/*/*.c)
+LIB_SRC  = $(filter-out $(ISA_SRC_$(NOT_ARCH)) %_$(NOT_ARCH).c, \
+	   $(wildcard base/*.c kernels/*.c libcore/*/*.c libcore/*/*/*.c))
 LIB_OBJ  = $(LIB_SRC:%.c=$(O)/%.o)
 CMD_SRC  = $(wildcard cmd/ds-*.c)
 PROGS    = $(CMD_SRC:cmd/%.c=$(BIN)/%)
@@ -129,6 +160,31 @@ $(BIN)/fuzz_%: $(O)/tests/fuzz/fuzz_%.o $(LIB)
 	$(say) LINK $@
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
 
+# AArch64: a cross build with Debian's gcc-aarch64-linux-gnu and the
+# arm64 libraries (scripts/deps.sh --arm64 installs them, multiarch), and
+# its tests under qemu-user (scripts/test-arm64.sh).
+ARM64_CC ?= aarch64-linux-gnu-gcc
+ARM64_AR ?= aarch64-linux-gnu-ar
+ARM64_MAKE = $(MAKE) --no-print-directory CC=$(ARM64_CC) AR=$(ARM64_AR) O=build-arm64 \
+	BIN=bin-arm64
+arm64:
+	@scripts/deps.sh --arm64
+	+@$(ARM64_MAKE) all unit-tests
+
+# the x86 programs too: their ds-convert writes the models the arm64
+# ds-run must run unchanged
+test-arm64: arm64 all
+	@scripts/deps.sh --test
+	@scripts/test-arm64.sh build-arm64/tests bin-arm64 $(BIN)
+
+# test_kernels alone on the three emulated CPUs (what CI runs)
+test-arm64-kernels:
+	@scripts/deps.sh --arm64
+	+@$(ARM64_MAKE) build-arm64/tests/test_kernels
+	@scripts/test-arm64.sh build-arm64/tests bin-arm64 $(BIN) kernels
+
+unit-tests: $(TESTS)
+
 fuzz-smoke: fuzz
 	@scripts/fuzz.sh smoke $(FUZZ_TIME) $(FUZZ_JOBS)
 
@@ -147,9 +203,10 @@ install: all
 		install -m 644 $$m $(DESTDIR)$(PREFIX)/share/man/man$$s; done
 
 clean:
-	rm -rf build bin
+	rm -rf build bin build-arm64 bin-arm64
 
-.PHONY: all deps test-deps test sanitize fuzz fuzz-targets fuzz-smoke demo bench install clean
+.PHONY: all deps test-deps test sanitize fuzz fuzz-targets fuzz-smoke demo bench install clean \
+	arm64 test-arm64 test-arm64-kernels unit-tests
 .SECONDARY: $(LIB_OBJ) $(TESTS:$(O)/tests/%=$(O)/tests/unit/%.o) $(CMD_SRC:cmd/%.c=$(O)/cmd/%.o) \
 	$(FUZZ_SRC:%.c=$(O)/%.o) $(O)/tests/fuzz/replay.o
 

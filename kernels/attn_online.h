@@ -1,12 +1,12 @@
 /*
  * attn_online.h - the generic SIMD attention kernel (kernels.h
  * ds_attn_job): a row at a time, each converted to floats once for all g
- * heads, through attn_softmax.h's steps.  Included by avx2.c after it
- * defines, besides those steps' helpers:
+ * heads, through attn_softmax.h's steps.  Included by avx2.c and neon.c
+ * after they define, besides those steps' helpers:
  *   kv_row_f32(type, row, dim, out)  a cache row as floats (out rounded up
  *                                    to a multiple of 16, zero-filled)
  *   dot(a, b, n), axpy(a, x, n, y)
- * avx2.c runs it for the widths its tiled kernel does not take.
+ * avx2.c and neon.c run it for the widths their tiled kernels do not take.
  */
 static void attn_generic(const ds_attn_job *a, float *scratch)
 {

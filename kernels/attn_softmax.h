@@ -1,11 +1,12 @@
 /*
  * attn_softmax.h - the online softmax steps the SIMD attention kernels
- * share (kernels.h ds_attn_job), included by avx2.c and avx512.c after
- * they define, with their own vectors:
+ * share (kernels.h ds_attn_job), included by avx2.c, avx512.c and neon.c
+ * after they define, with their own vectors:
  *   row_max(s, n, m)                 the largest of s[0..n-1] and m
  *   exp_sub_sum(s, n, m)             s[i] = e^(s[i] - m), returns the sum
  *   scale_row(o, n, c)               o[i] *= c
- * (and <immintrin.h>'s _mm_prefetch).
+ * (the prefetches are GCC's builtin: prefetcht0 on x86, prfm pldl1keep on
+ * AArch64).
  *
  * The keys pass in chunks of DS_ATTN_CHUNK with a running maximum mx and
  * sum l per head, so each key and value row is read and converted once
@@ -28,13 +29,13 @@ static void attn_fetch(const ds_attn_job *a, size_t j0, size_t n)
 		const char *v = (const char *)a->v.data + j * a->v.ld;
 
 		for (b = 0; b < kb; b += 64)
-			_mm_prefetch(k + b, _MM_HINT_T0);
-		_mm_prefetch(k + kb - 1, _MM_HINT_T0);
+			__builtin_prefetch(k + b, 0, 3);
+		__builtin_prefetch(k + kb - 1, 0, 3);
 		if (v == k)
 			continue;
 		for (b = 0; b < vb; b += 64)
-			_mm_prefetch(v + b, _MM_HINT_T0);
-		_mm_prefetch(v + vb - 1, _MM_HINT_T0);
+			__builtin_prefetch(v + b, 0, 3);
+		__builtin_prefetch(v + vb - 1, 0, 3);
 	}
 }
 

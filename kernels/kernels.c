@@ -1,5 +1,7 @@
 /*
- * kernels.c - CPU feature detection and the dispatch table.
+ * kernels.c - the dispatch table: the choice among the ISAs that
+ * cpu_<arch>.c detects and fills (kernels/cpu.h), and the helpers every
+ * ISA shares.
  *
  * Compiled without target flags: nothing here may run an instruction the
  * CPU might lack.  Each ISA's table starts as a copy of the one below it
@@ -10,14 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels.h"
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-#define DS_X86 1
-#endif
+#include "cpu.h"
 
 static ds_kernels tables[DS_ISA_COUNT];
 static int supported[DS_ISA_COUNT];
@@ -26,68 +21,15 @@ static char choose_err[200];
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static const char *const isa_names[DS_ISA_COUNT] = {
-	"scalar", "avx2", "avx2+avxvnni", "avx512", "avx512+amx",
+	[DS_ISA_SCALAR] = "scalar",
+	[DS_ISA_AVX2] = "avx2",
+	[DS_ISA_AVX2VNNI] = "avx2+avxvnni",
+	[DS_ISA_AVX512] = "avx512",
+	[DS_ISA_AMX] = "avx512+amx",
+	[DS_ISA_NEON] = "neon",
+	[DS_ISA_DOTPROD] = "dotprod",
+	[DS_ISA_I8MM] = "dotprod+i8mm",
 };
-
-#ifdef DS_X86
-static uint64_t xgetbv0(void)
-{
-	uint32_t lo, hi;
-
-	__asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-	return (uint64_t)hi << 32 | lo;
-}
-
-/* AMX's tile data is state the process must ask Linux for before its
- * first tile instruction (arch_prctl ARCH_REQ_XCOMP_PERM, feature 18,
- * XTILEDATA); granted once for all its threads. */
-static int amx_permitted(void)
-{
-#ifdef SYS_arch_prctl
-	return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
-#else
-	return 0;
-#endif
-}
-
-static void detect(void)
-{
-	unsigned a, b, c, d, b7 = 0, c7 = 0, d7 = 0, a71 = 0;
-	uint64_t xcr0 = 0;
-	int avx, avx2, vnni256, avx512;
-
-	if (!__get_cpuid(1, &a, &b, &c, &d))
-		return;
-	/* OSXSAVE before XGETBV; AVX, FMA, F16C */
-	avx = (c & (1u << 27)) && (c & (1u << 28)) && (c & (1u << 12)) &&
-	      (c & (1u << 29));
-	if (avx)
-		xcr0 = xgetbv0();
-	if (__get_cpuid_count(7, 0, &a, &b7, &c7, &d7))
-		__get_cpuid_count(7, 1, &a71, &b, &c, &d);
-	/* the OS saves XMM and YMM state */
-	avx2 = avx && (xcr0 & 0x6) == 0x6 && (b7 & (1u << 5));
-	vnni256 = avx2 && (a71 & (1u << 4));
-	/* ... and opmask, ZMM0-15 upper halves, ZMM16-31 */
-	avx512 = avx2 && (xcr0 & 0xe6) == 0xe6 &&
-		 (b7 & (1u << 16)) &&      /* F */
-		 (b7 & (1u << 17)) &&      /* DQ */
-		 (b7 & (1u << 30)) &&      /* BW */
-		 (b7 & (1u << 31)) &&      /* VL */
-		 (c7 & (1u << 11)) &&      /* VNNI */
-		 (a71 & (1u << 5));        /* BF16 */
-	supported[DS_ISA_AVX2] = avx2;
-	supported[DS_ISA_AVX2VNNI] = vnni256;
-	supported[DS_ISA_AVX512] = avx512;
-	/* AMX-TILE and AMX-INT8; the OS enables XTILECFG and XTILEDATA */
-	supported[DS_ISA_AMX] = avx512 && (d7 & (1u << 24)) && (d7 & (1u << 25)) &&
-				(xcr0 & 0x60000) == 0x60000 && amx_permitted();
-}
-#else
-static void detect(void)
-{
-}
-#endif
 
 static void build(void)
 {
@@ -95,28 +37,10 @@ static void build(void)
 	int i, best = DS_ISA_SCALAR, want = -1;
 
 	supported[DS_ISA_SCALAR] = 1;
-	detect();
+	ds_cpu_detect(supported);
 	ds_kernels_fill_scalar(&tables[DS_ISA_SCALAR]);
-#ifdef DS_X86
-	if (supported[DS_ISA_AVX2]) {
-		tables[DS_ISA_AVX2] = tables[DS_ISA_SCALAR];
-		ds_kernels_fill_avx2(&tables[DS_ISA_AVX2]);
-	}
-	if (supported[DS_ISA_AVX2VNNI]) {
-		tables[DS_ISA_AVX2VNNI] = tables[DS_ISA_AVX2];
-		ds_kernels_fill_avxvnni(&tables[DS_ISA_AVX2VNNI]);
-	}
-	if (supported[DS_ISA_AVX512]) {
-		tables[DS_ISA_AVX512] = tables[supported[DS_ISA_AVX2VNNI]
-						       ? DS_ISA_AVX2VNNI
-						       : DS_ISA_AVX2];
-		ds_kernels_fill_avx512(&tables[DS_ISA_AVX512]);
-	}
-	if (supported[DS_ISA_AMX]) {
-		tables[DS_ISA_AMX] = tables[DS_ISA_AVX512];
-		ds_kernels_fill_amx(&tables[DS_ISA_AMX]);
-	}
-#endif
+	ds_cpu_fill(tables, supported);
+	/* each architecture's ISAs are in ascending order in enum ds_isa */
 	for (i = 0; i < DS_ISA_COUNT; i++)
 		if (supported[i])
 			best = i;
@@ -124,24 +48,14 @@ static void build(void)
 		chosen = &tables[best];
 		return;
 	}
-	/* "avx2" means the best 256-bit level: with AVX-VNNI when present */
-	if (strcmp(env, "scalar") == 0)
-		want = DS_ISA_SCALAR;
-	else if (strcmp(env, "avx2") == 0)
-		want = supported[DS_ISA_AVX2VNNI] ? DS_ISA_AVX2VNNI : DS_ISA_AVX2;
-	else if (strcmp(env, "avx512") == 0)
-		want = DS_ISA_AVX512;
-	else if (strcmp(env, "amx") == 0)
-		want = DS_ISA_AMX;
+	want = strcmp(env, "scalar") == 0 ? DS_ISA_SCALAR : ds_cpu_isa_named(env, supported);
 	if (want < 0)
 		snprintf(choose_err, sizeof choose_err,
-			 "DS_ISA=%.40s: unknown ISA (scalar, avx2, avx512 or amx)", env);
+			 "DS_ISA=%.40s: unknown ISA (%s)", env, ds_cpu_isa_list);
 	else if (!supported[want])
 		snprintf(choose_err, sizeof choose_err,
 			 "DS_ISA=%s: this CPU (or OS) does not support %s", env,
-			 want == DS_ISA_AMX ? "AVX-512 with AMX-TILE and AMX-INT8"
-			 : want == DS_ISA_AVX512 ? "AVX-512 F/BW/VL/DQ/VNNI/BF16"
-						 : "AVX2 with FMA and F16C");
+			 ds_cpu_isa_needs((enum ds_isa)want));
 	else
 		chosen = &tables[want];
 }

@@ -5,10 +5,14 @@
  * avxvnni.c (the same with AVX-VNNI int8 dot products) and avx512.c
  * (F/BW/VL/VNNI/BF16) are optimisations of it, amx.c those of avx512.c's
  * q4 and q8 products that AMX does better, each compiled with its own
- * -m flags and tested against it.  The table is filled once, from CPUID and
- * XGETBV, with the best ISA the CPU and the OS support; DS_ISA=scalar|avx2|
- * avx512|amx in the environment forces one.  Where an ISA has no version of
- * a kernel the entry is the next one down (amx -> avx512 -> avx2 -> scalar).
+ * -m flags and tested against it.  On AArch64 neon.c (Advanced SIMD),
+ * dotprod.c (sdot) and i8mm.c (smmla, bfdot) are the same for ARM.  The
+ * table is filled once, from CPUID and XGETBV (x86: kernels/cpu_x86.c) or
+ * Linux's HWCAP words (AArch64: cpu_arm.c), with the best ISA the CPU and
+ * the OS support; DS_ISA=scalar|avx2|avx512|amx (x86) or
+ * scalar|neon|dotprod|i8mm (AArch64) in the environment forces one.
+ * Where an ISA has no version of a kernel the entry is the next one down
+ * (amx -> avx512 -> avx2 -> scalar; i8mm -> dotprod -> neon -> scalar).
  *
  * Kernels are single-threaded and allocate nothing but amx.c's per-call
  * buffers (q4's split weights, a q8g32 scale table the caller did not
@@ -59,6 +63,9 @@ enum ds_isa {
 	DS_ISA_AVX2VNNI,      /* the same with AVX-VNNI */
 	DS_ISA_AVX512,        /* F, BW, VL, DQ, VNNI, BF16 */
 	DS_ISA_AMX,           /* the same with AMX-TILE and AMX-INT8 */
+	DS_ISA_NEON,          /* AArch64 Advanced SIMD */
+	DS_ISA_DOTPROD,       /* the same with FEAT_DotProd (sdot) */
+	DS_ISA_I8MM,          /* ... and FEAT_I8MM (smmla), FEAT_BF16 */
 	DS_ISA_COUNT
 };
 
@@ -177,8 +184,7 @@ typedef struct ds_attn_job {
 /* enum ds_rope_style is in types.h (shared with the hyper-parameters). */
 
 typedef struct ds_kernels {
-	const char *name;      /* "scalar", "avx2", "avx2+avxvnni", "avx512",
-				  "avx512+amx" */
+	const char *name;      /* ds_isa_name(isa) */
 	enum ds_isa isa;
 
 	/* matrix products, indexed by enum ds_dtype (NULL for DS_I32) */
@@ -259,7 +265,8 @@ const char *ds_kernels_name(void);
 const ds_kernels *ds_kernels_isa(enum ds_isa isa);
 /* 1 if the CPU and OS support the ISA. */
 int ds_isa_supported(enum ds_isa isa);
-/* "scalar", "avx2", "avx2+avxvnni", "avx512", "avx512+amx" */
+/* "scalar", "avx2", "avx2+avxvnni", "avx512", "avx512+amx", "neon",
+ * "dotprod", "dotprod+i8mm" */
 const char *ds_isa_name(enum ds_isa isa);
 
 /* Per-ISA table constructors (kernels/<isa>.c): each fills the entries it
@@ -269,9 +276,16 @@ void ds_kernels_fill_avx2(ds_kernels *k);
 void ds_kernels_fill_avxvnni(ds_kernels *k);
 void ds_kernels_fill_avx512(ds_kernels *k);
 void ds_kernels_fill_amx(ds_kernels *k);
+void ds_kernels_fill_neon(ds_kernels *k);
+void ds_kernels_fill_dotprod(ds_kernels *k);
+void ds_kernels_fill_i8mm(ds_kernels *k);
 /* avx512.c's products with the AMX Xeons' decode streams, which amx.c
  * calls for what it leaves (and for bf16), and its peaks. */
 ds_mm_fn ds_avx512x_mm_q4, ds_avx512x_mm_q8, ds_avx512x_mm_bf16;
 uint64_t ds_avx512_peak_probe(int kind, uint64_t iters);
+/* dotprod.c's q4 and q8 products (sdot), which i8mm.c decodes with, and
+ * its peaks. */
+ds_mm_fn ds_dotprod_mm_q4, ds_dotprod_mm_q8;
+uint64_t ds_dotprod_peak_probe(int kind, uint64_t iters);
 
 #endif

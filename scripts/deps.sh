@@ -1,7 +1,7 @@
 #!/bin/sh
 # Install the Debian packages a make target needs, only those missing;
 # with all of them present it exits at once without calling apt.
-# Usage: scripts/deps.sh [--test|--ref|--fuzz|--bench]
+# Usage: scripts/deps.sh [--test|--ref|--fuzz|--bench|--arm64]
 #   (none)   what `make` needs to build the programs
 #   --test   adds what `make test` runs: bats, the reference checkers'
 #            numpy, nginx for ds-serve.bats' proxy test, mandoc, ...
@@ -9,6 +9,9 @@
 #            under scripts/ref/ need (the tests never need them)
 #   --fuzz   adds clang with libFuzzer and OpenMP for `make fuzz`
 #   --bench  adds SentencePiece, which `make bench` times ds-tok against
+#   --arm64  adds what `make arm64` and `make test-arm64` need: Debian's
+#            aarch64 cross compiler, qemu-user, and the arm64 builds of
+#            the libraries ds links (multiarch: beside the amd64 ones)
 set -eu
 
 pkgs="gcc make libc6-dev pkg-config zlib1g-dev libarchive-dev libjansson-dev
@@ -25,6 +28,17 @@ esac
 # make fuzz: libFuzzer ships in clang's runtime package; -fopenmp needs libomp
 [ "${1:-}" = "--fuzz" ] && pkgs="$pkgs clang libclang-rt-14-dev libomp-dev"
 [ "${1:-}" = "--bench" ] && pkgs="$pkgs python3-sentencepiece"
+# make arm64: the libraries' -dev packages of both architectures are
+# Multi-Arch: same (co-installable); the cross gcc finds the arm64 ones in
+# /usr/lib/aarch64-linux-gnu, qemu-aarch64 runs the programs and tests
+# with the multiarch loader and libraries (libc6:arm64, which the -dev
+# packages bring, and libgomp1:arm64: the cross toolchain's own copies
+# are only for linking); make test-arm64 also runs the golden-logit
+# checks (python3-numpy)
+arm64_pkgs="gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user python3-numpy libgomp1:arm64
+zlib1g-dev:arm64 libarchive-dev:arm64 libjansson-dev:arm64 libnuma-dev:arm64
+libpcre2-dev:arm64 libmicrohttpd-dev:arm64 libzstd-dev:arm64 libicu-dev:arm64"
+[ "${1:-}" = "--arm64" ] && pkgs="$pkgs $arm64_pkgs"
 
 missing=""
 for p in $pkgs; do
@@ -54,6 +68,12 @@ case " $missing " in *" nginx "*)
 		$sudo chmod 755 /usr/sbin/policy-rc.d
 		trap '$sudo rm -f /usr/sbin/policy-rc.d' EXIT
 	fi ;;
+esac
+# the arm64 packages come from the same archive once dpkg knows the
+# architecture (the update below then fetches its package lists)
+case " $missing " in *":arm64 "*)
+	dpkg --print-foreign-architectures | grep -qx arm64 ||
+		$sudo dpkg --add-architecture arm64 ;;
 esac
 $sudo apt-get update -qq
 # shellcheck disable=SC2086

@@ -98,30 +98,9 @@ static void best_of2(bench_fn *fa, void *a, bench_fn *fb, void *b,
 	}
 }
 
-/* Eight dependent adds of a register a step: one cycle each on every x86
- * core.  (Adds of an immediate are not: recent Intel cores fold chains of
- * them at rename, several a cycle, and the clock reads several times too
- * high: docs/perf.md, 2026-12-06 03:06.) */
-static uint64_t add_chain(uint64_t n)
-{
-	uint64_t x = 0, one = 1, i;
-
-	for (i = 0; i < n; i++) {
-#if defined(__x86_64__)
-		__asm__ volatile("add %1, %0\n\tadd %1, %0\n\tadd %1, %0\n\tadd %1, %0\n\t"
-				 "add %1, %0\n\tadd %1, %0\n\tadd %1, %0\n\tadd %1, %0"
-				 : "+r"(x) : "r"(one));
-#else
-		__asm__ volatile("" : "+r"(x));
-		x += 8;
-#endif
-	}
-	return x;
-}
-
 static void chain_fn(void *arg)
 {
-	add_chain(*(uint64_t *)arg);
+	ds_kbench_add_chain(*(uint64_t *)arg);
 }
 
 double ds_kbench_clock_ghz(void)

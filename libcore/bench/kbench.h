@@ -72,6 +72,9 @@ typedef struct ds_kbench_opts {
 
 /* Measured clock in GHz (dependent integer adds, one per cycle). */
 double ds_kbench_clock_ghz(void);
+/* 8 n dependent register adds, one cycle each (clock_x86.c, clock_arm.c:
+ * the instructions are the architecture's); returns their sum. */
+uint64_t ds_kbench_add_chain(uint64_t n);
 
 /* For benchmarks of something else run in the same process (ds-bench
  * -m): the read probe's sustained GB/s over ws_bytes (0: 512 MiB;

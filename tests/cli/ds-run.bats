@@ -16,6 +16,11 @@
 #                            activation blocks (error up to 1/254 of a
 #                            block's largest) simulated in the reference
 #                            move it by up to 0.12 (dense)
+#   q8 (--quantize)    0.25  a bf16 checkpoint rounded to q8g32 (error up
+#                            to 1/254 of a group's largest weight) and
+#                            the int8 activations, against the bf16
+#                            reference: 0.13-0.15 seen (llama, qwen2; MoE
+#                            cases route differently and are left out)
 # MoE cases may have a few rows past the tolerance: a token whose router
 # scores nearly tie picks another expert under the rounding (the simulated
 # rounding does the same at the same rows).  Top-1 must agree on every row
@@ -57,6 +62,10 @@ setup_file() {
 		for d in "$G"/*/; do
 			"$DS_BIN"/ds-convert --model-path "$d" --output-dir "$T/golden-$(basename "$d")" --quiet
 		done
+		for n in llama qwen2; do
+			"$DS_BIN"/ds-convert --model-path "$G/$n" --output-dir "$T/golden-$n@q8" \
+				--quantize q8 --quiet
+		done
 	fi
 }
 
@@ -69,14 +78,16 @@ vocab() {
 	/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["hparams"]["n_vocab"])' "$1/model.meta"
 }
 
-# golden CASE TOL FLIPS [ds-run options]
+# golden CASE TOL FLIPS [ds-run options]; CASE@q8: the case's checkpoint
+# converted with --quantize q8, against the same reference
+# (scripts/test-arm64.sh runs these lines too, as they are)
 golden() {
-	local n=$1 tol=$2 flips=$3
+	local n=$1 tol=$2 flips=$3 g=$G/${1%@*}
 	shift 3
-	[ -d "$G/$n" ] || { echo "no golden files ($G/$n)"; return 1; }
-	run "$DS_BIN"/ds-run -m "$T/golden-$n" --ids -n 0 --logits-out "$T/$n.out" "$@" <"$G/$n/prompt.ids"
+	[ -d "$g" ] || { echo "no golden files ($g)"; return 1; }
+	run "$DS_BIN"/ds-run -m "$T/golden-$n" --ids -n 0 --logits-out "$T/$n.out" "$@" <"$g/prompt.ids"
 	[ "$status" -eq 0 ]
-	run $CMP "$T/$n.out" "$G/$n/logits.f32" "$(vocab "$T/golden-$n")" "$tol" "$flips"
+	run $CMP "$T/$n.out" "$g/logits.f32" "$(vocab "$T/golden-$n")" "$tol" "$flips"
 	echo "$n: $output" >&3
 	[ "$status" -eq 0 ]
 }
@@ -96,6 +107,8 @@ golden() {
 @test "golden qwen2-gptq-actorder" { golden qwen2-gptq-actorder 0.25 0; }
 @test "golden ds2-gptq-actorder (MLA with a permuted kv_b)" { golden ds2-gptq-actorder 0.25 4; }
 @test "golden ds2-lite with a q8 cache" { golden ds2-lite 0.25 4 --cache-type q8; }
+@test "golden llama converted to q8" { golden llama@q8 0.25 0; }
+@test "golden qwen2 converted to q8" { golden qwen2@q8 0.25 0; }
 @test "golden ds3 on the scalar kernels" { DS_ISA=scalar golden ds3 0.1 10; }
 @test "golden llama-gptq on the scalar kernels" { DS_ISA=scalar golden llama-gptq 0.25 0; }
 @test "--hugepages, --mlock, --numa interleave, --no-populate: the same logits" {

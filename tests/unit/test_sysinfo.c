@@ -382,12 +382,12 @@ static const char *best_isa(void)
 	return ds_isa_name((enum ds_isa)best);
 }
 
-static void test_isa(void)
+/* ds_isa_from_flags on x86-64 flags */
+static void isa_flags_x86(void)
 {
 	static const char *const v4 = "fpu avx f16c fma avx2 avx512f avx512dq "
 				      "avx512bw avx512vl avx512_vnni";
-	char *text, flags[8192] = "", *f, buf[512];
-	ds_err err;
+	char buf[512];
 
 	snprintf(buf, sizeof buf, "%s avx512_bf16", v4);
 	T_CHECK(!strcmp(ds_isa_from_flags(buf), "avx512"));
@@ -401,16 +401,50 @@ static void test_isa(void)
 	T_CHECK(!strcmp(ds_isa_from_flags("avx fma avx2"), "scalar"));
 	T_CHECK(!strcmp(ds_isa_from_flags("avx f16c fma avx2x"), "scalar"));
 	T_CHECK(!strcmp(ds_isa_from_flags(""), "scalar"));
-	/* the kernels' CPUID here against the kernel's flags for the CPU */
+}
+
+/* ... and on AArch64 Features (a Neoverse N1's, a V1's) */
+static void isa_flags_arm(void)
+{
+	static const char *const n1 = "fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics "
+				      "fphp asimdhp cpuid asimdrdm lrcpc dcpop asimddp ssbs";
+
+	T_CHECK(!strcmp(ds_isa_from_flags(n1), "dotprod"));
+	T_CHECK(!strcmp(ds_isa_from_flags("fp asimd evtstrm crc32 cpuid"), "neon"));
+	T_CHECK(!strcmp(ds_isa_from_flags("fp asimd asimddp sve i8mm bf16 svei8mm"),
+			"dotprod+i8mm"));
+	T_CHECK(!strcmp(ds_isa_from_flags("fp asimd asimddp i8mm"), "dotprod"));
+	T_CHECK(!strcmp(ds_isa_from_flags("fp asimd i8mm bf16"), "neon"));
+	T_CHECK(!strcmp(ds_isa_from_flags("fp asimdx"), "scalar"));
+	T_CHECK(!strcmp(ds_isa_from_flags(""), "scalar"));
+}
+
+static void test_isa(void)
+{
+	char *text, flags[8192] = "", key[32], *f;
+	ds_err err;
+
+	if (strcmp(ds_isa_src.key, "flags") == 0)
+		isa_flags_x86();
+	else
+		isa_flags_arm();
+	/* the kernels' CPUID or HWCAP here against the kernel's words for
+	 * the CPU (qemu-user shows the host's /proc/cpuinfo, whose words are
+	 * another architecture's: then there is nothing to compare) */
 	if (ds_sys_read("/proc/cpuinfo", 64u << 20, &text, NULL, &err) != 0)
 		return;
-	f = strstr(text, "\nflags");
+	snprintf(key, sizeof key, "\n%s", ds_isa_src.key);
+	f = strstr(text, key);
 	if (f != NULL && (f = strchr(f, ':')) != NULL) {
 		char *e = strchr(f, '\n');
 
 		snprintf(flags, sizeof flags, "%.*s", e ? (int)(e - f - 1) : 0, f + 1);
 		T_CHECKF(!strcmp(best_isa(), ds_isa_from_flags(flags)),
-			 "cpuid %s, flags %s", best_isa(), ds_isa_from_flags(flags));
+			 "%s %s, %s %s", ds_isa_src.detect, best_isa(), ds_isa_src.key,
+			 ds_isa_from_flags(flags));
+	} else {
+		printf("# no %s line in /proc/cpuinfo: %s not compared\n", ds_isa_src.key,
+		       ds_isa_src.detect);
 	}
 	free(text);
 }

@@ -108,7 +108,7 @@ static void read_cpuinfo(ds_sysinfo *si, int *nproc)
 			      sizeof si->cpu_model);
 		cpuinfo_field(t, "vendor_id", si->cpu_vendor,
 			      sizeof si->cpu_vendor);
-		cpuinfo_field(t, "flags", flags, 8192);
+		cpuinfo_field(t, ds_isa_src.key, flags, 8192);
 		for (const char *p = t; (p = strstr(p, "processor")); p++)
 			if (p == t || p[-1] == '\n')
 				(*nproc)++;
@@ -116,8 +116,8 @@ static void read_cpuinfo(ds_sysinfo *si, int *nproc)
 	if (si->root[0] == '\0') {
 		ds_err err;
 
-		/* the kernels' own choice: CPUID, or DS_ISA when set */
-		si->isa_from = env != NULL && *env != '\0' ? "DS_ISA" : "cpuid";
+		/* the kernels' own choice: CPUID or HWCAP, or DS_ISA when set */
+		si->isa_from = env != NULL && *env != '\0' ? "DS_ISA" : ds_isa_src.detect;
 		if (ds_kernels_init(&err) == 0)
 			snprintf(si->isa, sizeof si->isa, "%s", ds_kernels_name());
 		else
@@ -125,7 +125,7 @@ static void read_cpuinfo(ds_sysinfo *si, int *nproc)
 	} else {
 		snprintf(si->isa, sizeof si->isa, "%s",
 			 ds_isa_from_flags(flags != NULL && t != NULL ? flags : ""));
-		si->isa_from = "/proc/cpuinfo flags";
+		si->isa_from = ds_isa_src.from_flags;
 	}
 	free(flags);
 	free(t);

@@ -135,7 +135,8 @@ typedef struct ds_sysinfo {
 	char root[256];       /* "" for the running system */
 	char cpu_model[128], cpu_vendor[32];
 	char isa[16];         /* what ds-run will use: "avx512", "avx2", ... */
-	const char *isa_from; /* "cpuid", "DS_ISA", "/proc/cpuinfo flags" */
+	const char *isa_from; /* "cpuid" or "hwcap", "DS_ISA", "/proc/cpuinfo
+				 flags" or "... Features" (ds_isa_src) */
 	char isa_err[200];    /* DS_ISA refused (ds-run would not start) */
 
 	int n_cpu;            /* entries of cpus[]: highest CPU id + 1 */
@@ -186,12 +187,24 @@ int ds_word_in(const char *list, const char *word);
  * counts and names (affinity left ""). */
 int ds_interrupts_parse(const char *text, ds_irq **out, int *n, ds_err *err);
 
+/* How the architecture ds was built for names its CPU features
+ * (isa_x86.c, isa_arm.c). */
+typedef struct ds_isa_source {
+	const char *key;        /* /proc/cpuinfo's line of feature words:
+				   "flags" (x86), "Features" (AArch64) */
+	const char *detect;     /* what the kernels read: "cpuid", "hwcap" */
+	const char *from_flags; /* isa_from when the words decide */
+} ds_isa_source;
+extern const ds_isa_source ds_isa_src;
+
 /* The kernel ISA (ds_isa_name's names) of a CPU with these /proc/cpuinfo
- * flags, by the rule the kernels apply to CPUID: avx2 needs AVX, FMA,
- * F16C and AVX2; avx2+avxvnni adds AVX-VNNI; avx512 adds AVX-512 F, DQ,
- * BW, VL, VNNI and BF16; avx512+amx adds AMX-TILE and AMX-INT8 (Linux
- * lists them only where it supports their state; the kernels also ask it
- * for the state, which a seccomp filter could refuse). */
+ * feature words (ds_isa_src.key's line), by the rule the kernels apply.
+ * x86-64, to CPUID: avx2 needs AVX, FMA, F16C and AVX2; avx2+avxvnni adds
+ * AVX-VNNI; avx512 adds AVX-512 F, DQ, BW, VL, VNNI and BF16; avx512+amx
+ * adds AMX-TILE and AMX-INT8 (Linux lists them only where it supports
+ * their state; the kernels also ask it for the state, which a seccomp
+ * filter could refuse).  AArch64, to HWCAP: neon needs fp and asimd;
+ * dotprod adds asimddp; dotprod+i8mm adds i8mm and bf16. */
 const char *ds_isa_from_flags(const char *flags);
 
 #endif

@@ -1,8 +1,15 @@
-/* isa.c - the kernel ISA of a CPU described by its /proc/cpuinfo flags,
- * by the rule kernels/kernels.c applies to CPUID (the kernel hides the
- * flags the OS does not enable, as XGETBV tells the kernels). */
+/* isa_x86.c - the kernel ISA of an x86-64 CPU described by its
+ * /proc/cpuinfo flags, by the rule kernels/cpu_x86.c applies to CPUID
+ * (the kernel hides the flags the OS does not enable, as XGETBV tells the
+ * kernels). */
 #include "kernels/kernels.h"
 #include "sysinfo.h"
+
+const ds_isa_source ds_isa_src = {
+	.key = "flags",
+	.detect = "cpuid",
+	.from_flags = "/proc/cpuinfo flags",
+};
 
 static int all(const char *flags, const char *const *need)
 {
