@@ -247,7 +247,7 @@ static int no_decode(const ds_mbench_opts *o)
 static int threads_open(mb *b, int threads, ds_err *err)
 {
 	ds_pool_opts po = { threads, b->o->cpus, 0 };
-	ds_fwd_opts fo = { b->ubatch };
+	ds_fwd_opts fo = { .max_batch = b->ubatch };
 	int probe;
 
 	if (ds_pool_init(&b->pool, &po, err) ||
@@ -357,7 +357,7 @@ static int load(mb *b, ds_placement *pl, ds_err *err)
 static int model_bytes(mb *b, ds_err *err)
 {
 	ds_pool_opts po = { 1, NULL, 0 };
-	ds_fwd_opts fo = { 1 };
+	ds_fwd_opts fo = { .max_batch = 1 };
 	ds_fwd_info fi;
 
 	if (ds_pool_init(&b->pool, &po, err))
