@@ -16,6 +16,15 @@
  * models use 6 and 8). */
 #define EP_MAX_USED 64
 
+void ds_ep_range(uint32_t n_expert, uint32_t n_part, uint32_t part,
+		 uint32_t *first, uint32_t *end)
+{
+	uint32_t q = n_expert / n_part, r = n_expert % n_part;
+
+	*first = part * q + (part < r ? part : r);
+	*end = *first + q + (part < r);
+}
+
 int ds_ep_init(ds_fwd *f, ds_err *err)
 {
 	const ds_fwd_ep *ep = f->ep;

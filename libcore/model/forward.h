@@ -73,6 +73,12 @@ typedef struct ds_fwd_ep {
 	void *arg;
 } ds_fwd_ep;
 
+/* The experts [*first, *end) of part `part` of n_part: contiguous
+ * ranges in part order, sizes differing by at most one (the larger
+ * first). */
+void ds_ep_range(uint32_t n_expert, uint32_t n_part, uint32_t part,
+		 uint32_t *first, uint32_t *end);
+
 typedef struct ds_fwd_opts {
 	uint32_t max_batch;   /* most entries per ds_fwd_decode; 0: 256 */
 	const ds_fwd_ep *ep;  /* NULL: every expert in this process;
@@ -186,13 +192,23 @@ typedef struct ds_load_opts {
 	int hugepages;        /* a copy in hugepages (ds_model_place) */
 	enum ds_numa numa;
 	int verify;           /* check every CRC-32 */
+	/* Expert parallelism: this process uses the routed experts of part
+	 * ep_part of ep_parts only (ds_ep_range), and no output projection
+	 * when no_output; the rest of model.bin is mapped but never read,
+	 * populated, locked or copied (--verify still reads all of it).
+	 * ep_parts 0: the whole model. */
+	uint32_t ep_parts, ep_part;
+	int no_output;
 } ds_load_opts;
 
 /* ds_model_load with MAP_POPULATE (unless no_populate, hugepages or numa:
  * then the pages are faulted in where they are placed), then
  * ds_model_place, then ds_model_verify.  *warn: the hugepages fallback's
  * message, or "".  On failure free the model and the placement as after
- * success. */
+ * success.  A share (ep_parts): verified first, then its ranges alone
+ * populated and locked, or copied into transparent hugepages (hugetlb
+ * pages are reserved for a whole mapping); numa is refused (bind each
+ * process to its node instead). */
 int ds_model_open(ds_model *m, ds_pool *pool, const char *dir,
 		  const ds_load_opts *o, ds_placement *pl, char *warn,
 		  size_t warn_len, ds_err *err);
