@@ -20,7 +20,14 @@ CFLAGS  ?=
 CFLAGS  += -std=gnu11 $(OPT) -g -Wall -Wextra -Werror -pthread -fopenmp \
 	   -I. -Ilibcore
 LDFLAGS ?=
-LDLIBS  = -ljansson -larchive -lz -lpcre2-8 -licuuc -lnuma -lmicrohttpd -lpthread -lm -fopenmp
+# MPI (libcore/dist/: --mpi) is Debian's Open MPI through pkg-config's
+# mpi-c, asked when first used, after deps.sh has installed it.  Only
+# the programs that call it depend on libmpi (--as-needed); they call
+# MPI_Init only under --mpi.
+MPI_CFLAGS = $(shell pkg-config --cflags mpi-c)
+MPI_LIBS   = $(shell pkg-config --libs mpi-c)
+LDLIBS  = -Wl,--push-state,--as-needed $(MPI_LIBS) -Wl,--pop-state \
+	  -ljansson -larchive -lz -lpcre2-8 -licuuc -lnuma -lmicrohttpd -lpthread -lm -fopenmp
 
 # Each ISA's kernels are compiled with their own flags and chosen at run
 # time; nothing else targets the build machine.
@@ -68,6 +75,8 @@ $(O)/kernels/%.o: kernels/%.c | deps
 	@mkdir -p $(@D)
 	$(say) CC $<
 	$(Q)$(CC) $(subst $(OPT),$(KOPT),$(CFLAGS)) $(KFLAGS_$*) -MMD -MP -c $< -o $@
+
+$(O)/libcore/dist/%.o: CFLAGS += $(MPI_CFLAGS)
 
 $(O)/%.o: %.c | deps
 	@mkdir -p $(@D)
