@@ -233,7 +233,6 @@ static int parse_args(opts *o, int argc, char **argv)
 typedef struct run {
 	opts *o;
 	ds_dist *d;                /* --mpi, or NULL */
-	int following;             /* the other ranks wait for batches */
 	ds_session s;
 	ds_afile lf;               /* --logits-out */
 	ds_runner rn;
@@ -517,11 +516,8 @@ static int setup(run *r, ds_err *err)
 	ds_session_opts so;
 
 	/* first, on every rank: the model's split, then they follow */
-	if (r->d != NULL) {
-		if (ds_dist_model(r->d, o->dir, err))
-			return -1;
-		r->following = 1;
-	}
+	if (r->d != NULL && ds_dist_model(r->d, o->dir, err))
+		return -1;
 	so = session_opts(o, r->d);
 	so.ep = r->d ? ds_dist_ep(r->d) : NULL;
 	so.tok = tok_mode(o, &so.tok_why);
@@ -616,7 +612,7 @@ static int lead(run *r)
 		warnx("%s", err.msg);
 	else if (r->o->verbose)
 		verbose_end(r);
-	if (r->following) {
+	if (r->d != NULL) {
 		ds_dist_done(r->d, rc);
 		if (r->o->verbose && rc == 0)
 			verbose_rank(r->d, &r->s, 1);

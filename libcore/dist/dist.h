@@ -81,7 +81,8 @@ const ds_fwd_ep *ds_dist_ep(ds_dist *d);
  * own) until it ends the section; its status (0, or 1 when it failed). */
 int ds_dist_follow(ds_dist *d, ds_fwd *f, ds_kvcache *kv, ds_err *err);
 /* Rank 0: end the others' section with status (0 go on or end well, 1:
- * rank 0 failed). */
+ * rank 0 failed); nothing before ds_dist_model succeeded (the others
+ * are not following then). */
 void ds_dist_done(ds_dist *d, int status);
 
 /* This rank's counters, and zeroing them. */

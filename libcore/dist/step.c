@@ -235,5 +235,7 @@ int ds_dist_follow(ds_dist *d, ds_fwd *f, ds_kvcache *kv, ds_err *err)
 
 void ds_dist_done(ds_dist *d, int status)
 {
-	ds_dist_send_cmd(d, CMD_DONE, status);
+	/* the others follow once the split is known, and until this */
+	if (d->first != NULL && d->rank == 0)
+		ds_dist_send_cmd(d, CMD_DONE, status);
 }
