@@ -109,6 +109,8 @@ void ds_dist_free(ds_dist *d)
 {
 	if (d == NULL)
 		return;
+	/* ending anyway: a peer's end during it needs no line */
+	signal(SIGTERM, SIG_DFL);
 	if (d->row != MPI_DATATYPE_NULL)
 		MPI_Type_free(&d->row);
 	MPI_Comm_free(&d->comm);
@@ -137,6 +139,7 @@ typedef struct same_t {
 	uint32_t meta_crc;
 	uint32_t n_expert;
 	int32_t ok;
+	char msg[sizeof(((ds_err *)0)->msg)];  /* why not ok */
 } same_t;
 
 static int read_same(const char *dir, same_t *s, ds_err *err)
@@ -168,15 +171,17 @@ static int read_same(const char *dir, same_t *s, ds_err *err)
 	return 0;
 }
 
-/* The first rank whose answer differs from rank 0's, described. */
+/* The first rank that could not read the model, or whose answer
+ * differs from rank 0's, described. */
 static int check_same(ds_dist *d, const same_t *all, ds_err *err)
 {
 	int r;
 
 	for (r = 0; r < d->size; r++)
 		if (!all[r].ok)
-			return ds_errf(err, "rank %d could not read the model (its "
-				       "message is above)", r);
+			return r == 0 || strcmp(all[r].msg, all[0].msg) == 0
+			       ? ds_errf(err, "%s", all[r].msg)
+			       : ds_errf(err, "rank %d: %s", r, all[r].msg);
 	for (r = 1; r < d->size; r++) {
 		if (strcmp(all[r].isa, all[0].isa) != 0)
 			return ds_errf(err, "rank %d runs the %s kernels, rank 0 %s: "
@@ -197,7 +202,7 @@ int ds_dist_model(ds_dist *d, const char *dir, ds_err *err)
 	int r, rc;
 
 	if (read_same(dir, &me, &mine))
-		fprintf(stderr, "%s: rank %d: %s\n", d->prog, d->rank, mine.msg);
+		snprintf(me.msg, sizeof me.msg, "%s", mine.msg);
 	all = ds_calloc((size_t)d->size, sizeof *all, err);
 	if (all == NULL)
 		ds_dist_fail(d, "out of memory");

@@ -66,8 +66,9 @@ int ds_dist_rank(const ds_dist *d);
 int ds_dist_size(const ds_dist *d);
 
 /* The model in dir: its routed experts split over the ranks
- * (ds_ep_range), after checking that every rank runs the same kernels
- * (DS_ISA) on the same model.meta.  Collective: every rank calls it. */
+ * (ds_ep_range), after checking that every rank could read it, runs the
+ * same kernels (DS_ISA) and has the same model.meta.  Collective: every
+ * rank calls it and gets the same answer (rank 0 reports it). */
 int ds_dist_model(ds_dist *d, const char *dir, ds_err *err);
 /* This rank's experts [*first, *end). */
 void ds_dist_experts(const ds_dist *d, uint32_t *first, uint32_t *end);
