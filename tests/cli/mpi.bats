@@ -210,3 +210,29 @@ same() {
 	[ "$st" -eq 0 ]
 	grep -q "ds-serve: stopped" "$T/log"
 }
+
+@test "ds-bench --mpi: one report, with the bytes the ranks moved per token and the wait" {
+	run mpi 2 ds-bench -m "$F/ds3" -p 16 -n 8 -r 1 -t 1 -o jsonl
+	[ "$status" -eq 0 ]
+	echo "$output" | grep '^{' | python3 -c '
+import json, sys
+rows = [json.loads(l) for l in sys.stdin]
+assert len(rows) == 1, rows          # rank 0 alone reports
+r = rows[0]
+assert r["ranks"] == 2
+# a decoded token: 2 MoE layers x 2 experts x 64 floats from the rank
+# that holds each, and rank 0 sends the batch (4 + 4 int32s)
+assert r["tg_comm_bytes"] == 2 * 2 * 64 * 4 + 32, r
+# a prompt of 16 in one pass: the same rows per token, and one batch of
+# 4 + 3 x 16 + 1 int32s
+assert r["pp_comm_bytes"] == 2 * 2 * 64 * 4 + (4 + 49) * 4 / 16, r
+assert 0 < r["tg_comm_share"] < 1 and r["tg_comm_ms"] > 0, r
+assert r["tg_wait_max_ms"] >= 0 and r["pp_comm_ms"] > 0, r
+'
+}
+
+@test "ds-bench --mpi needs -m" {
+	run "$DS_BIN"/ds-bench --mpi --synthetic deepseek-v2-lite
+	[ "$status" -eq 2 ]
+	echo "$output" | grep -q -- "--mpi needs -m DIR"
+}
