@@ -380,6 +380,10 @@ int main(int argc, char **argv)
 	}
 	if (d != NULL && ds_dist_rank(d) > 0) {
 		rc = follow(&o, d);
+	} else if (d != NULL && ds_dist_model(d, o.so.model_dir, &err)) {
+		/* every rank has the answer; rank 0 says it */
+		warnx("%s", err.msg);
+		rc = 1;
 	} else {
 		if (d != NULL)
 			warnx("rank 0 of %d (pid %d): the server; SIGTERM to this pid "

@@ -201,6 +201,7 @@ int ds_dist_model(ds_dist *d, const char *dir, ds_err *err)
 	ds_err mine;
 	int r, rc;
 
+	d->asked = 1;
 	if (read_same(dir, &me, &mine))
 		snprintf(me.msg, sizeof me.msg, "%s", mine.msg);
 	all = ds_calloc((size_t)d->size, sizeof *all, err);

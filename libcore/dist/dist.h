@@ -79,11 +79,16 @@ void ds_dist_load_opts(const ds_dist *d, ds_load_opts *o);
 const ds_fwd_ep *ds_dist_ep(ds_dist *d);
 
 /* Ranks > 0: run rank 0's batches on f and kv (made as rank 0 made its
- * own) until it ends the section; its status (0, or 1 when it failed). */
+ * own) until it ends the section; its status (0, or 1 when it failed).
+ * Each batch carries every slot's length, so cuts follow; any other
+ * change rank 0 makes to its cache (a copy between slots) would have to
+ * be sent too: a follower holding fewer positions than rank 0 says it
+ * is out of step and ends the job. */
 int ds_dist_follow(ds_dist *d, ds_fwd *f, ds_kvcache *kv, ds_err *err);
 /* Rank 0: end the others' section with status (0 go on or end well, 1:
- * rank 0 failed); nothing before ds_dist_model succeeded (the others
- * are not following then). */
+ * rank 0 failed).  Before ds_dist_model succeeded the others are not
+ * following: nothing is sent; a failure before it was even called (the
+ * others wait in it) ends the job with MPI_Abort. */
 void ds_dist_done(ds_dist *d, int status);
 
 /* This rank's counters, and zeroing them. */

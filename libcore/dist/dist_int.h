@@ -19,6 +19,8 @@ struct ds_dist {
 	char prog[32];
 	double timeout_s;
 	uint32_t *first;        /* [size + 1] each rank's experts */
+	int asked;              /* ds_dist_model was called (all ranks were
+				   in it together) */
 	ds_fwd_ep ep;
 	MPI_Datatype row;       /* `width` floats, or MPI_DATATYPE_NULL */
 	size_t width;

@@ -235,7 +235,12 @@ int ds_dist_follow(ds_dist *d, ds_fwd *f, ds_kvcache *kv, ds_err *err)
 
 void ds_dist_done(ds_dist *d, int status)
 {
-	/* the others follow once the split is known, and until this */
-	if (d->first != NULL && d->rank == 0)
+	if (d->rank != 0 || d->size == 1)
+		return;
+	/* the others follow once the split is known, and until this; rank
+	 * 0 failing before the split leaves them waiting in it */
+	if (d->first != NULL)
 		ds_dist_send_cmd(d, CMD_DONE, status);
+	else if (status != 0 && !d->asked)
+		MPI_Abort(d->comm, 1);
 }

@@ -62,10 +62,9 @@ int ds_eng_load(ds_eng *e, const ds_srv_opts *o, ds_metrics *mt, ds_err *err)
 	e->metrics = mt;
 	if (o->numa && ds_numa_parse(o->numa, &so.load.numa, err))
 		return -1;
-	/* --mpi: the split first, on every rank, then they follow */
+	/* --mpi: the model split by the caller (ds_dist_model) before the
+	 * server started, when the other ranks did */
 	if (o->dist != NULL) {
-		if (ds_dist_model(o->dist, o->model_dir, err))
-			return -1;
 		ds_dist_load_opts(o->dist, &so.load);
 		so.ep = ds_dist_ep(o->dist);
 	}

@@ -200,7 +200,8 @@ typedef struct ds_srv_opts {
 	/* Diagnostics, one line each without newline, from any thread. */
 	void (*log)(void *user, const char *line);
 	void *log_user;
-	/* --mpi: rank 0 of the job (dist.h), whose other ranks follow the
+	/* --mpi: rank 0 of the job (dist.h), the model split over it
+	 * (ds_dist_model) before ds_srv_start; the other ranks follow the
 	 * forward passes; NULL: one process */
 	struct ds_dist *dist;
 } ds_srv_opts;
