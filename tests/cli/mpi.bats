@@ -94,6 +94,18 @@ same() {
 	same ds3-awq 3
 }
 
+@test "--hugepages (each rank's share copied) and --verify: the single process's logits" {
+	"$DS_BIN"/ds-run -m "$F/ds3" --ids -n 0 --logits-out "$T/one.f32" <"$G/ds3/prompt.ids"
+	run mpi 2 ds-run -m "$F/ds3" --ids -n 0 --logits-out "$T/n.f32" --hugepages --verify \
+		<"$G/ds3/prompt.ids"
+	[ "$status" -eq 0 ]
+	echo "$output" | grep -q "share of the experts is copied into transparent hugepages"
+	cmp "$T/one.f32" "$T/n.f32"
+	run mpi 2 ds-run -m "$F/ds3" --ids -n 0 --numa node <"$G/ds3/prompt.ids"
+	[ "$status" -ne 0 ]
+	echo "$output" | grep -q -- "--numa with expert parallelism"
+}
+
 @test "--parallel 3, sampled with a seed: the same tokens on 3 ranks" {
 	local p=$G/ds3/prompt.ids
 	{ cut -d' ' -f1-20 "$p"; cut -d' ' -f5-9 "$p"; cut -d' ' -f30-70 "$p"; cut -d' ' -f2-3 "$p"; } >"$T/in.ids"
