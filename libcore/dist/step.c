@@ -32,7 +32,7 @@ double ds_dist_wait(ds_dist *d, MPI_Request *req, int idle, const char *what)
 	for (;;) {
 		ds_dist_check(d, MPI_Test(req, &done, MPI_STATUS_IGNORE), what);
 		if (done)
-			return dt;
+			return ds_now_s() - t0;
 		if (++polls % 64 != 0)
 			continue;
 		dt = ds_now_s() - t0;
@@ -40,7 +40,7 @@ double ds_dist_wait(ds_dist *d, MPI_Request *req, int idle, const char *what)
 			char line[256];
 
 			snprintf(line, sizeof line, "%s: no answer from the other "
-				 "ranks in %.0f s (one died or hangs)", what, d->timeout_s);
+				 "ranks in %g s (one died or hangs)", what, d->timeout_s);
 			ds_dist_fail(d, line);
 		}
 		if (dt < SPIN_S)
@@ -200,7 +200,8 @@ static void follow_batch(ds_dist *d, ds_fwd *f, ds_kvcache *kv, const int32_t *h
 	follow_lens(d, kv, m + 3 * n);
 	{
 		/* no logits: rank 0 alone samples */
-		ds_batch b = { n, m, m + n, m + 2 * n, d->no_logits };
+		ds_batch b = { .n = n, .token = m, .pos = m + n, .seq = m + 2 * n,
+			       .logits = d->no_logits };
 
 		if (ds_fwd_decode(f, kv, &b, &err))
 			ds_dist_fail(d, err.msg);

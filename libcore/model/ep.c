@@ -104,7 +104,7 @@ void ds_ep_moe(ds_fwd *f, const ds_layer *L, size_t T)
 {
 	const ds_fwd_ep *ep = f->ep;
 	size_t k = f->hp->n_expert_used, H = f->hp->n_embd;
-	add_job j = { f, T };
+	add_job j = { .f = f, .T = T };
 
 	ep_rows(f, T * k);
 	ds_moe_part(&f->ctx, &L->gate_exps, &L->up_exps, &L->down_exps, f->h, 0,

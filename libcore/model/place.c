@@ -208,7 +208,7 @@ typedef struct share_copy {
 static int copy_range_fn(void *arg, const uint8_t *p, size_t n)
 {
 	share_copy *c = arg;
-	copy_job j = { c->to + (p - c->from), p, n };
+	copy_job j = { .dst = c->to + (p - c->from), .src = p, .bytes = n };
 
 	if (n)
 		ds_pool_run(c->pool, copy_fn, &j);
@@ -221,7 +221,7 @@ static int copy_range_fn(void *arg, const uint8_t *p, size_t n)
 static int share_place(ds_model *m, ds_pool *pool, const ds_load_opts *o,
 		       ds_placement *pl, char *warn, size_t warn_len, ds_err *err)
 {
-	share_copy c = { pool, m->bin.data, NULL };
+	share_copy c = { .pool = pool, .from = m->bin.data };
 	size_t i;
 
 	pl->bytes = ds_round_up(m->bin.size, DS_HUGE_2M);
