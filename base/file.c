@@ -86,6 +86,17 @@ static void populate(void *p, size_t n)
 	(void)madvise(p, n, MADV_WILLNEED);
 }
 
+void ds_map_populate(const ds_map *m, size_t off, size_t len)
+{
+	size_t a = off / DS_HUGE_2M * DS_HUGE_2M, b;
+
+	if (m->data == NULL || off >= m->size || len == 0)
+		return;
+	b = len > m->size - off ? m->size : ds_round_up(off + len, DS_HUGE_2M);
+	b = b < m->size ? b : m->size;
+	populate((void *)(uintptr_t)(m->data + a), b - a);
+}
+
 /* Bytes [0, n) of the file out of the page cache (this mapping's pages
  * of them unmapped first; pages that other processes map stay) and read
  * again through the mapping p, which has the huge advice; -1 if they

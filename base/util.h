@@ -98,6 +98,9 @@ enum {
 };
 
 int ds_map_open(ds_map *m, const char *path, int flags, ds_err *err);
+/* Fault bytes [off, off + len) of m in (widened to whole 2 MiB pages
+ * inside the file), as DS_MAP_POPULATE does for all of it. */
+void ds_map_populate(const ds_map *m, size_t off, size_t len);
 /* Bytes of this process's mapping that starts at p mapped in 2 MiB pages
  * of the page cache (smaps' FilePmdMapped); -1 when the kernel does not
  * say. */

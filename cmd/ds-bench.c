@@ -20,6 +20,7 @@
 #include "bench/mbench.h"
 #include "bench/report.h"
 #include "bench/synth.h"
+#include "dist/dist.h"
 #include "host/sysinfo/sysinfo.h"
 #include "kernels/kernels.h"
 #include "kernels/types.h"
@@ -32,6 +33,7 @@ static void usage(FILE *f)
 		"                [--cpus LIST] [--ctx-size N] [--hugepages] [--mlock]\n"
 		"                [-n N,...] [--no-populate] [--numa MODE] [-o md|csv|json|jsonl]\n"
 		"                [-p N,...] [-r N] [--seed N] [-t N,...]\n"
+		"       mpirun -n R ds-bench --mpi [--mpi-timeout S] -m DIR [...]\n"
 		"       ds-bench --synthetic SHAPE [--layers N] [--type TYPE] --save DIR\n"
 		"       ds-bench --synthetic list\n"
 		"       ds-bench --kernels [--cpu-time] [--cpus LIST] [-o md|csv|json] [-q]\n"
@@ -49,7 +51,8 @@ typedef struct opts {
 	uint32_t pp[16], tg[16];
 	int n_pp, n_tg;
 	int threads[16], n_threads, threads_set;
-	int hugepages, mlock, no_populate;
+	int hugepages, mlock, no_populate, mpi;
+	double mpi_timeout;
 	unsigned long long seed;
 	ds_report out;
 	ds_kbench_opts k;
@@ -123,6 +126,9 @@ static int parse_opt(opts *o, int c, const char *a)
 			return ds_opt_bad("-n", a, "expected token counts like 128,256 (0 skips tg)");
 		return 0;
 	case 'P': o->no_populate = 1; return 0;
+	case 'X': o->mpi = 1; return 0;
+	case 'Y':
+		return ds_opt_double("--mpi-timeout", a, 0.1, 86400, &o->mpi_timeout);
 	case 'p':
 		if ((o->n_pp = parse_u32_list(a, 0, 1 << 20, o->pp, 16)) < 1)
 			return ds_opt_bad("-p", a, "expected token counts like 512,1024 (0 skips pp)");
@@ -197,6 +203,11 @@ static int check_opts(const opts *o)
 		warnx("-o jsonl needs -m or --synthetic");
 		return 2;
 	}
+	if ((o->mpi || o->mpi_timeout > 0) && (o->dir == NULL || !o->mpi)) {
+		warnx("--mpi needs -m DIR (write a synthetic model with --save "
+		      "first), --mpi-timeout needs --mpi");
+		return 2;
+	}
 	return 0;
 }
 
@@ -213,6 +224,8 @@ static int parse_args(opts *o, int argc, char **argv)
 		{ "membw", no_argument, NULL, 'M' },
 		{ "mlock", no_argument, NULL, 'l' },
 		{ "model", required_argument, NULL, 'm' },
+		{ "mpi", no_argument, NULL, 'X' },
+		{ "mpi-timeout", required_argument, NULL, 'Y' },
 		{ "n-gen", required_argument, NULL, 'n' },
 		{ "n-prompt", required_argument, NULL, 'p' },
 		{ "no-populate", no_argument, NULL, 'P' },
@@ -421,7 +434,7 @@ static int build_synthetic(const opts *o, tmpmodel *t, ds_mbench_model *mm,
 	return rc;
 }
 
-static int run_model(opts *o, ds_err *err)
+static int run_model(opts *o, ds_dist *d, ds_err *err)
 {
 	ds_mbench_model mm = { 0 };
 	tmpmodel t = { .made = 0 };
@@ -434,11 +447,17 @@ static int run_model(opts *o, ds_err *err)
 		.cpus = o->cpus, .seed = o->seed, .progress = stderr, .model = &mm,
 		.load = { .no_populate = o->no_populate, .mlock = o->mlock,
 			  .hugepages = o->hugepages },
+		.dist = d,
 	};
 	int rc;
 
 	if (o->numa && ds_numa_parse(o->numa, &mo.load.numa, err))
 		return ds_err_prefix(err, "--numa");
+	if (d != NULL && ds_dist_rank(d) > 0) {
+		mo.dir = o->dir;
+		mo.progress = NULL;
+		return ds_mbench_follow(&mo, err) ? -2 : 0;
+	}
 	if (o->shape && build_synthetic(o, &t, &mm, err))
 		return -1;
 	mo.dir = o->shape ? t.model : o->dir;
@@ -448,6 +467,21 @@ static int run_model(opts *o, ds_err *err)
 	remove_tmp(&t);
 	ds_report_models_end(&o->out);
 	return rc;
+}
+
+/* A model, on this process or (--mpi) as a rank of the job; the
+ * followers leave failures to rank 0 (status 1, no line: -2). */
+static int run_mpi(opts *o, ds_err *err)
+{
+	ds_dist *d = NULL;
+	int rc;
+
+	if (o->mpi && ds_dist_init(&d, &(ds_dist_opts){ .prog = "ds-bench",
+			.timeout_s = o->mpi_timeout }, err))
+		return 1;
+	rc = run_model(o, d, err);
+	ds_dist_free(d);
+	return rc == -2 ? 3 : rc ? 1 : 0;
 }
 
 static int run_kernels(opts *o, ds_err *err)
@@ -510,7 +544,7 @@ int main(int argc, char **argv)
 			o.threads[0] = n > 0 && n < 1024 ? (int)n : 1;
 			o.n_threads = 1;
 		}
-		rc = (o.save ? save_synthetic(&o, &err) : run_model(&o, &err)) ? 1 : 0;
+		rc = o.save ? (save_synthetic(&o, &err) ? 1 : 0) : run_mpi(&o, &err);
 		if (rc && cancel)
 			rc = 130;
 	} else {
@@ -518,5 +552,5 @@ int main(int argc, char **argv)
 	}
 	if (rc == 1 || rc == 130)
 		warnx("%s", err.msg);
-	return rc;
+	return rc == 3 ? 1 : rc;
 }

@@ -16,6 +16,7 @@
 #include "base/json.h"
 #include "base/util.h"
 #include "bench/perplexity.h"
+#include "dist/dist.h"
 #include "host/sysinfo/sysinfo.h"
 #include "runtime/runner.h"
 
@@ -29,6 +30,7 @@ static void usage(FILE *f)
 		"              [--chat-template NAME] [--perplexity] [--truncate] [--verify]\n"
 		"              [--mlock] [--no-populate] [--hugepages] [--numa MODE]\n"
 		"              [--cpus LIST] [--sched-fifo PRIO] [--cache-type TYPE] [--verbose]\n"
+		"              [--mpi [--mpi-timeout S]]\n"
 		"       ds-run -h | --version\n");
 }
 
@@ -49,13 +51,15 @@ typedef struct opts {
 	enum ds_kvtype kv_type;
 	ds_load_opts load;
 	int chat, perplexity, truncate, verbose;
+	int mpi;
+	double mpi_timeout;
 } opts;
 
 enum {
 	O_CACHE = 256, O_CHAT, O_CHAT_TMPL, O_CPUS, O_CTX, O_HUGE, O_IDS, O_JSONL,
 	O_LOGITS, O_MINP, O_MLOCK, O_NOPOP, O_NUMA, O_PAR, O_PPL, O_RLN, O_RP,
 	O_FIFO, O_SEED, O_STOP, O_TEMP, O_THREADS, O_TOPK, O_TOPP, O_TRUNC,
-	O_VERBOSE, O_VERIFY, O_VERSION,
+	O_VERBOSE, O_VERIFY, O_VERSION, O_MPI, O_MPI_TIMEOUT,
 };
 
 static const struct option longopts[] = {
@@ -73,6 +77,8 @@ static const struct option longopts[] = {
 	{ "min-p", required_argument, NULL, O_MINP },
 	{ "mlock", no_argument, NULL, O_MLOCK },
 	{ "model", required_argument, NULL, 'm' },
+	{ "mpi", no_argument, NULL, O_MPI },
+	{ "mpi-timeout", required_argument, NULL, O_MPI_TIMEOUT },
 	{ "n-predict", required_argument, NULL, 'n' },
 	{ "no-populate", no_argument, NULL, O_NOPOP },
 	{ "numa", required_argument, NULL, O_NUMA },
@@ -147,6 +153,7 @@ static int parse_one(opts *o, int c, char *a)
 	case O_SEED: o->seed_set = 1; return ds_opt_u64("--seed", a, &sp->seed);
 	case O_TEMP: return ds_opt_float("--temp", a, 0, 100, &sp->temp);
 	case O_THREADS: return ds_opt_int("--threads", a, 1, DS_POOL_MAX, &o->threads);
+	case O_MPI_TIMEOUT: return ds_opt_double("--mpi-timeout", a, 0.1, 86400, &o->mpi_timeout);
 	case O_TOPK: return ds_opt_int("--top-k", a, 0, 1 << 30, &sp->top_k);
 	case O_TOPP: return ds_opt_float("--top-p", a, 0, 1, &sp->top_p);
 	case O_CHAT: o->chat = 1; return 0;
@@ -154,6 +161,7 @@ static int parse_one(opts *o, int c, char *a)
 	case O_IDS: o->out = OUT_IDS; return 0;
 	case O_JSONL: o->out = OUT_JSONL; return 0;
 	case O_MLOCK: o->load.mlock = 1; return 0;
+	case O_MPI: o->mpi = 1; return 0;
 	case O_NOPOP: o->load.no_populate = 1; return 0;
 	case O_PPL: o->perplexity = 1; return 0;
 	case O_TRUNC: o->truncate = 1; return 0;
@@ -176,6 +184,10 @@ static int check_args(const opts *o)
 	}
 	if (o->perplexity && (o->chat || o->prompt || o->file || o->parallel > 1)) {
 		warnx("--perplexity reads ids from stdin alone");
+		return 2;
+	}
+	if (o->mpi_timeout > 0 && !o->mpi) {
+		warnx("--mpi-timeout needs --mpi");
 		return 2;
 	}
 	return 0;
@@ -220,6 +232,7 @@ static int parse_args(opts *o, int argc, char **argv)
 
 typedef struct run {
 	opts *o;
+	ds_dist *d;                /* --mpi, or NULL */
 	ds_session s;
 	ds_afile lf;               /* --logits-out */
 	ds_runner rn;
@@ -431,6 +444,29 @@ static void verbose_setup(const run *r)
 	warnx("RSS %.1f MiB", ds_rss_mib());
 }
 
+/* --verbose under --mpi: each rank's share, or what it moved. */
+static void verbose_rank(const ds_dist *d, const ds_session *s, int end)
+{
+	ds_fwd_info fi;
+	ds_dist_stats st;
+	uint32_t e0, e1;
+
+	ds_fwd_get_info(s->fwd, &fi);
+	ds_dist_experts(d, &e0, &e1);
+	ds_dist_local(d, &st);
+	if (!end)
+		warnx("rank %d of %d (pid %d): experts %u-%u of %u, %.1f MiB of the "
+		      "weights, RSS %.1f MiB", ds_dist_rank(d), ds_dist_size(d),
+		      (int)getpid(), e0, e1 - 1, s->m.hp.n_expert,
+		      fi.share_bytes / 1048576.0, ds_rss_mib());
+	else
+		warnx("rank %d: %llu exchanges, %.2f MiB sent, %.2f MiB received, "
+		      "%.3f s waiting in them; %llu batches; RSS %.1f MiB (peak %.1f)",
+		      ds_dist_rank(d), (unsigned long long)st.exchanges,
+		      st.sent / 1048576.0, st.recv / 1048576.0, st.wait_s,
+		      (unsigned long long)st.batches, ds_rss_mib(), ds_rss_peak_mib());
+}
+
 static void runner_init(run *r)
 {
 	const opts *o = r->o;
@@ -446,24 +482,46 @@ static void runner_init(run *r)
 	r->have_rn = 1;
 }
 
-static int setup(run *r, ds_err *err)
+/* The session every rank opens alike (the tokenizer is rank 0's). */
+static ds_session_opts session_opts(const opts *o, const ds_dist *d)
 {
-	const opts *o = r->o;
 	ds_session_opts so = {
 		.dir = o->dir, .threads = o->threads, .cpus = o->cpus, .load = o->load,
 		.ctx_size = o->ctx_size, .slots = o->parallel, .kv_type = o->kv_type,
-		.chat_template = o->chat_tmpl,
+		.chat_template = o->chat_tmpl, .tok = DS_SESS_TOK_NONE,
 	};
+
+	if (d != NULL)
+		ds_dist_load_opts(d, &so.load);
+	return so;
+}
+
+/* The host settings of --cpus and --sched-fifo. */
+static int host_setup(const opts *o, ds_err *err)
+{
 	ds_cpuset cpus;
 
-	so.tok = tok_mode(o, &so.tok_why);
 	/* the CPUs this process may use; SCHED_FIFO before the pool, whose
 	 * threads inherit it */
 	if (o->cpus && ds_cpus_arg(o->cpus, &cpus, err))
 		return ds_err_prefix(err, "--cpus");
 	if (o->sched_fifo && ds_sched_fifo(o->sched_fifo, err))
 		return ds_err_prefix(err, "--sched-fifo");
-	if (ds_session_open(&r->s, &so, err))
+	return 0;
+}
+
+static int setup(run *r, ds_err *err)
+{
+	const opts *o = r->o;
+	ds_session_opts so;
+
+	/* first, on every rank: the model's split, then they follow */
+	if (r->d != NULL && ds_dist_model(r->d, o->dir, err))
+		return -1;
+	so = session_opts(o, r->d);
+	so.ep = r->d ? ds_dist_ep(r->d) : NULL;
+	so.tok = tok_mode(o, &so.tok_why);
+	if (host_setup(o, err) || ds_session_open(&r->s, &so, err))
 		return -1;
 	if (r->s.warn[0])
 		warnx("warning: --hugepages: %s", r->s.warn);
@@ -472,6 +530,8 @@ static int setup(run *r, ds_err *err)
 			       "--chat-template", o->dir);
 	if (o->verbose)
 		verbose_setup(r);
+	if (o->verbose && r->d != NULL)
+		verbose_rank(r->d, &r->s, 0);
 	if (o->logits_out && ds_afile_open(&r->lf, o->logits_out, err))
 		return -1;
 	runner_init(r);
@@ -519,6 +579,48 @@ static int work(run *r, ds_err *err)
 	return r->lf.f ? ds_afile_commit(&r->lf, err) : 0;
 }
 
+/* --mpi, ranks > 0: rank 0's batches until it is done; its failures are
+ * its to report, a follower's own end the job. */
+static int follow(const opts *o, ds_dist *d)
+{
+	ds_session_opts so = session_opts(o, d);
+	ds_session s;
+	ds_err err;
+	int rc;
+
+	if (ds_dist_model(d, o->dir, &err))
+		return 1;
+	so.ep = ds_dist_ep(d);
+	if (host_setup(o, &err) || ds_session_open(&s, &so, &err))
+		ds_dist_fail(d, err.msg);
+	if (o->verbose)
+		verbose_rank(d, &s, 0);
+	rc = ds_dist_follow(d, s.fwd, &s.kv, &err);
+	if (o->verbose && rc == 0)
+		verbose_rank(d, &s, 1);
+	ds_session_close(&s);
+	return rc;
+}
+
+static int lead(run *r)
+{
+	ds_err err;
+	int rc;
+
+	rc = setup(r, &err) || work(r, &err) ? 1 : 0;
+	if (rc)
+		warnx("%s", err.msg);
+	else if (r->o->verbose)
+		verbose_end(r);
+	if (r->d != NULL) {
+		ds_dist_done(r->d, rc);
+		if (r->o->verbose && rc == 0)
+			verbose_rank(r->d, &r->s, 1);
+	}
+	teardown(r);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	opts o;
@@ -532,12 +634,13 @@ int main(int argc, char **argv)
 	if (!o.seed_set)
 		o.sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
 	ds_map_guard(); /* model.bin and tokenizer.bin are used in place */
-	rc = setup(&r, &err) || work(&r, &err) ? 1 : 0;
-	if (rc)
+	if (o.mpi && ds_dist_init(&r.d, &(ds_dist_opts){ .prog = "ds-run",
+			.timeout_s = o.mpi_timeout }, &err)) {
 		warnx("%s", err.msg);
-	else if (o.verbose)
-		verbose_end(&r);
-	teardown(&r);
+		return 1;
+	}
+	rc = r.d && ds_dist_rank(r.d) > 0 ? follow(&o, r.d) : lead(&r);
+	ds_dist_free(r.d);
 	free(o.stops);
 	return rc;
 }

@@ -7,6 +7,10 @@
  * the main thread with sigwaitinfo: SIGTERM and SIGINT start the drain,
  * a second one ends it at once; SIGHUP is ignored; SIGUSR1 is the loader
  * thread saying it is done.
+ *
+ * --mpi: rank 0 is the server; the other ranks follow its forward passes
+ * (dist.h) until it stops, and end at once on SIGTERM (mpirun's, when a
+ * rank fails or mpirun is interrupted).
  */
 #include <ctype.h>
 #include <err.h>
@@ -20,7 +24,10 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "dist/dist.h"
+#include "runtime/session.h"
 #include "serve/serve.h"
 #include "pool/threads.h"
 #include "base/cli.h"
@@ -34,7 +41,7 @@ static void usage(FILE *f)
 		"usage: %s -m DIR [--host ADDR] [--port N] [--threads N] [--parallel N]\n"
 		"                [--ctx-size N] [--queue N] [--api-key KEY | --api-key-file FILE]\n"
 		"                [--max-body BYTES] [--timeout S] [--max-conns N] [--cpus LIST]\n"
-		"                [--hugepages] [--numa MODE] [--verbose]\n",
+		"                [--hugepages] [--numa MODE] [--verbose] [--mpi [--mpi-timeout S]]\n",
 		prog);
 }
 
@@ -50,12 +57,14 @@ typedef struct opts {
 	ds_srv_opts so;
 	const char *key_file;
 	char *key;                 /* read from key_file */
+	int mpi;
+	double mpi_timeout;
 } opts;
 
 enum {
 	O_KEY = 256, O_KEYFILE, O_CPUS, O_CTX, O_HOST, O_HUGE, O_BODY, O_NUMA,
 	O_PAR, O_PORT, O_QUEUE, O_THREADS, O_TIMEOUT, O_VERBOSE, O_VERSION,
-	O_CONNS,
+	O_CONNS, O_MPI, O_MPI_TIMEOUT,
 };
 
 static const struct option longopts[] = {
@@ -69,6 +78,8 @@ static const struct option longopts[] = {
 	{ "max-body", required_argument, NULL, O_BODY },
 	{ "max-conns", required_argument, NULL, O_CONNS },
 	{ "model", required_argument, NULL, 'm' },
+	{ "mpi", no_argument, NULL, O_MPI },
+	{ "mpi-timeout", required_argument, NULL, O_MPI_TIMEOUT },
 	{ "numa", required_argument, NULL, O_NUMA },
 	{ "parallel", required_argument, NULL, O_PAR },
 	{ "port", required_argument, NULL, O_PORT },
@@ -114,6 +125,8 @@ static int parse_one(opts *o, int c, const char *a)
 	case O_THREADS: rc = ds_opt_long("--threads", a, 1, DS_POOL_MAX, &v); s->threads = (int)v; break;
 	case O_TIMEOUT: rc = ds_opt_long("--timeout", a, 1, 86400, &v); s->timeout_s = (unsigned)v; break;
 	case O_VERBOSE: s->verbose = 1; return 0;
+	case O_MPI: o->mpi = 1; return 0;
+	case O_MPI_TIMEOUT: return ds_opt_double("--mpi-timeout", a, 0.1, 86400, &o->mpi_timeout);
 	default: return 2;
 	}
 	return rc;
@@ -132,6 +145,10 @@ static int check_args(opts *o)
 	}
 	if (o->so.api_key && !key_ok(o->so.api_key)) {
 		warnx("--api-key: printable ASCII without spaces, not empty");
+		return 2;
+	}
+	if (o->mpi_timeout > 0 && !o->mpi) {
+		warnx("--mpi-timeout needs --mpi");
 		return 2;
 	}
 	if (o->so.numa && strcmp(o->so.numa, "interleave") != 0 &&
@@ -318,14 +335,66 @@ static int run(opts *o)
 	return rc;
 }
 
+/* --mpi, ranks > 0: the server's session without its tokenizer, rank
+ * 0's forward passes until it stops; rank 0 reports its own failures. */
+static int follow(const opts *o, ds_dist *d)
+{
+	ds_session_opts so;
+	ds_session s;
+	ds_err err;
+	uint32_t e0, e1;
+	int rc;
+
+	ds_srv_session_opts(&o->so, &so);
+	so.tok = DS_SESS_TOK_NONE;
+	ds_map_guard();
+	if (ds_dist_model(d, o->so.model_dir, &err))
+		return 1;
+	ds_dist_load_opts(d, &so.load);
+	so.ep = ds_dist_ep(d);
+	if ((o->so.numa && ds_numa_parse(o->so.numa, &so.load.numa, &err)) ||
+	    ds_session_open(&s, &so, &err))
+		ds_dist_fail(d, err.msg);
+	ds_dist_experts(d, &e0, &e1);
+	warnx("rank %d of %d (pid %d): experts %u-%u of %u, following rank 0",
+	      ds_dist_rank(d), ds_dist_size(d), (int)getpid(), e0, e1 - 1,
+	      s.m.hp.n_expert);
+	rc = ds_dist_follow(d, s.fwd, &s.kv, &err);
+	ds_session_close(&s);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	opts o;
+	ds_dist *d = NULL;
+	ds_err err;
 	int rc = parse_args(&o, argc, argv);
 
 	if (rc)
 		return rc < 0 ? 0 : rc;
-	rc = run(&o);
+	if (o.mpi && ds_dist_init(&d, &(ds_dist_opts){ .prog = prog,
+			.timeout_s = o.mpi_timeout }, &err)) {
+		warnx("%s", err.msg);
+		return 1;
+	}
+	if (d != NULL && ds_dist_rank(d) > 0) {
+		rc = follow(&o, d);
+	} else if (d != NULL && ds_dist_model(d, o.so.model_dir, &err)) {
+		/* every rank has the answer; rank 0 says it */
+		warnx("%s", err.msg);
+		rc = 1;
+	} else {
+		if (d != NULL)
+			warnx("rank 0 of %d (pid %d): the server; SIGTERM to this pid "
+			      "drains it, then every rank ends", ds_dist_size(d),
+			      (int)getpid());
+		o.so.dist = d;
+		rc = run(&o);
+		if (d != NULL)
+			ds_dist_done(d, rc);
+	}
+	ds_dist_free(d);
 	free(o.key);
 	return rc;
 }

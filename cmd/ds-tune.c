@@ -23,6 +23,8 @@ static void usage(FILE *f)
 		"usage: ds-tune show [--json] [--root DIR]\n"
 		"       ds-tune plan -m DIR [--ctx-size N] [--instances N] [--json]\n"
 		"                    [--root DIR] [--threads N]\n"
+		"       ds-tune plan -m DIR --ranks R|numa [--hosts H,...] [--ctx-size N]\n"
+		"                    [--json] [--root DIR] [--threads N]\n"
 		"       ds-tune apply [--plan FILE | -m DIR [--ctx-size N] [--instances N]\n"
 		"                    [--threads N]] [--dry-run] [--root DIR] [--state FILE]\n"
 		"       ds-tune revert [--root DIR] [--state FILE]\n"
@@ -35,6 +37,8 @@ typedef struct args {
 	int json, dry_run;
 	long instances, threads, ctx;
 	int has_sizing;    /* one of --instances, --threads, --ctx-size */
+	long ranks;        /* --ranks (DS_TUNE_RANKS_NUMA: numa), 0: none */
+	const char *hosts;
 } args;
 
 static int die(const char *msg)
@@ -376,8 +380,9 @@ static int cmd_show(const args *a)
 
 static int make_plan(const args *a, ds_tune_plan *p)
 {
-	ds_tune_opts o = { a->model, (int)a->instances, (int)a->threads,
-			   (int)a->ctx };
+	ds_tune_opts o = { .model_dir = a->model, .instances = (int)a->instances,
+			   .threads = (int)a->threads, .ctx_size = (int)a->ctx,
+			   .ranks = (int)a->ranks, .hosts = a->hosts };
 	ds_tune_model m;
 	ds_sysinfo si;
 	ds_err err;
@@ -528,16 +533,18 @@ static int cmd_revert(const args *a)
 /* ---- arguments ------------------------------------------------------------------ */
 
 enum { O_CTX = 256, O_DRY, O_INST, O_JSON, O_PLAN, O_ROOT, O_STATE, O_THREADS,
-       O_VERSION };
+       O_VERSION, O_RANKS, O_HOSTS };
 
 static const struct option longopts[] = {
 	{ "ctx-size", required_argument, NULL, O_CTX },
 	{ "dry-run", no_argument, NULL, O_DRY },
 	{ "help", no_argument, NULL, 'h' },
+	{ "hosts", required_argument, NULL, O_HOSTS },
 	{ "instances", required_argument, NULL, O_INST },
 	{ "json", no_argument, NULL, O_JSON },
 	{ "model", required_argument, NULL, 'm' },
 	{ "plan", required_argument, NULL, O_PLAN },
+	{ "ranks", required_argument, NULL, O_RANKS },
 	{ "root", required_argument, NULL, O_ROOT },
 	{ "state", required_argument, NULL, O_STATE },
 	{ "threads", required_argument, NULL, O_THREADS },
@@ -569,6 +576,15 @@ static int parse_opt(int c, args *a)
 		return 0;
 	case O_PLAN:
 		a->plan = optarg;
+		return 0;
+	case O_RANKS:
+		if (strcmp(optarg, "numa") == 0) {
+			a->ranks = DS_TUNE_RANKS_NUMA;
+			return 0;
+		}
+		return ds_opt_long("--ranks", optarg, 1, 65536, &a->ranks) ? -1 : 0;
+	case O_HOSTS:
+		a->hosts = optarg;
 		return 0;
 	case O_ROOT:
 		a->root = optarg;
@@ -602,6 +618,13 @@ static int check_args(const args *a)
 				 "with plan and apply%s", "");
 	if (plan && a->model == NULL)
 		return bad_usage("plan needs -m DIR%s", "");
+	if ((a->ranks != 0 || a->hosts != NULL) && !plan)
+		return bad_usage("--ranks and --hosts go with plan (apply a "
+				 "saved plan with --plan)%s", "");
+	if (a->hosts != NULL && a->ranks == 0)
+		return bad_usage("--hosts needs --ranks%s", "");
+	if (a->ranks != 0 && a->instances != 1)
+		return bad_usage("--ranks and --instances exclude each other%s", "");
 	if ((a->plan != NULL || a->dry_run) && !apply)
 		return bad_usage("--plan and --dry-run go with apply%s", "");
 	if (a->state != NULL && !apply && !revert)

@@ -14,8 +14,11 @@
 #            the libraries ds links (multiarch: beside the amd64 ones)
 set -eu
 
+# libopenmpi-dev: every build links MPI (libcore/dist/, ds-run --mpi);
+# openmpi-bin (mpirun) runs the multi-rank jobs, and the tests of them.
 pkgs="gcc make libc6-dev pkg-config zlib1g-dev libarchive-dev libjansson-dev
-libnuma-dev libpcre2-dev libmicrohttpd-dev libzstd-dev libicu-dev"
+libnuma-dev libpcre2-dev libmicrohttpd-dev libzstd-dev libicu-dev
+libopenmpi-dev openmpi-bin"
 test_pkgs="bats mandoc curl python3 python3-numpy zstd time nginx
 python3-prometheus-client python3-jinja2"
 case "${1:-}" in

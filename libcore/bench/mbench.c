@@ -153,26 +153,61 @@ static void say(const mb *b, const char *fmt, ...)
 	fflush(b->o->progress);
 }
 
+/* --mpi: what the ranks moved and waited over `tokens` tokens taking
+ * sec seconds, since the last reset. */
+static void comm(mb *b, double tokens, double sec, struct ds_mbench_comm *c)
+{
+	ds_dist *d = b->o->dist;
+	ds_dist_stats *all;
+	int i, n;
+
+	if (d == NULL || tokens <= 0)
+		return;
+	n = ds_dist_size(d);
+	all = calloc((size_t)n, sizeof *all);
+	if (all == NULL)
+		return;
+	ds_dist_gather(d, all);
+	for (i = 0; i < n; i++) {
+		double w = all[i].wait_s * 1e3 / tokens;
+
+		c->bytes += (double)all[i].sent / tokens;
+		c->wait_max_ms = w > c->wait_max_ms ? w : c->wait_max_ms;
+	}
+	c->ms = (all[0].wait_s + all[0].batch_s) * 1e3 / tokens;
+	c->share = sec > 0 ? (all[0].wait_s + all[0].batch_s) / sec : 0;
+	free(all);
+}
+
+static void comm_reset(mb *b)
+{
+	if (b->o->dist != NULL)
+		ds_dist_reset_all(b->o->dist);
+}
+
 /* The pp test of p tokens: reps timed prefills after one warm-up. */
 static int pp_test(mb *b, uint32_t p, ds_mbench_row *r, ds_err *err)
 {
-	double ts[64], ttft[64], sec, t1;
+	double ts[64], ttft[64], sec, t1, all = 0;
 	int i, n = r->reps;
 
 	if (p == 0)
 		return 0;
 	if (prefill(b, p, &sec, &t1, err))
 		return -1;
+	comm_reset(b);
 	for (i = 0; i < n; i++) {
 		if (prefill(b, p, &sec, &t1, err))
 			return -1;
 		ts[i] = p / sec;
+		all += sec;
 		ttft[i] = t1 * 1e3;
 		say(b, "%d threads: pp%u %d/%d: %.2f tokens/s", r->threads, p, i + 1,
 		    n, ts[i]);
 	}
 	mean_sd(ts, n, &r->pp_ts, &r->pp_sd);
 	mean_sd(ttft, n, &r->ttft_ms, &r->ttft_sd);
+	comm(b, (double)p * n, all, &r->pp_comm);
 	return 0;
 }
 
@@ -186,18 +221,20 @@ static int pp_test(mb *b, uint32_t p, ds_mbench_row *r, ds_err *err)
  * over a second or more); its fastest single read is reported beside. */
 static int tg_test(mb *b, uint32_t n, ds_mbench_row *r, ds_err *err)
 {
-	double ts[64], ms[64], gbs[64], best[64], ratio, sec, sd;
+	double ts[64], ms[64], gbs[64], best[64], ratio, sec, sd, all = 0;
 	int i, reps = r->reps;
 
 	if (n == 0)
 		return 0;
 	if (decode(b, n < 4 ? n : 4, &sec, err))
 		return -1;
+	comm_reset(b);
 	for (i = 0; i < reps; i++) {
 		if (ds_kbench_read(b->pool, b->wmem, b->wbytes < PROBE_MAX ? b->wbytes : PROBE_MAX,
 				   PROBE_SEC, &gbs[i], &best[i]) || decode(b, n, &sec, err))
 			return -1;
 		ts[i] = n / sec;
+		all += sec;
 		ms[i] = sec * 1e3 / n;
 		ratio = gbs[i] > 0 ? b->o->model->active_bytes * ts[i] * 1e-9 / gbs[i] : 0;
 		say(b, "%d threads: tg%u %d/%d: %.2f tokens/s, %.3f of the probe's %.1f GB/s "
@@ -207,6 +244,7 @@ static int tg_test(mb *b, uint32_t n, ds_mbench_row *r, ds_err *err)
 	mean_sd(ms, reps, &r->ms_per_tok, &r->ms_sd);
 	mean_sd(gbs, reps, &r->probe_gbs, &sd);
 	mean_sd(best, reps, &r->probe_best_gbs, &sd);
+	comm(b, (double)n * reps, all, &r->tg_comm);
 	return 0;
 }
 
@@ -218,6 +256,7 @@ static int one_row(mb *b, uint32_t p, uint32_t n, ds_mbench_row *r,
 
 	r->pp = p;
 	r->tg = n;
+	r->ranks = b->o->dist ? ds_dist_size(b->o->dist) : 1;
 	r->n_ctx = b->n_ctx;
 	r->kv_mib = b->kv.bytes / 1048576.0;
 	r->probe_gbs = b->probe_gbs;
@@ -244,15 +283,25 @@ static int no_decode(const ds_mbench_opts *o)
 	return 0;
 }
 
-static int threads_open(mb *b, int threads, ds_err *err)
+/* The pool, forward and cache of a thread count (on every rank alike). */
+static int threads_fwd(mb *b, int threads, ds_err *err)
 {
 	ds_pool_opts po = { .threads = threads, .cpus = b->o->cpus };
-	ds_fwd_opts fo = { .max_batch = b->ubatch };
-	int probe;
+	ds_fwd_opts fo = { .max_batch = b->ubatch,
+			   .ep = b->o->dist ? ds_dist_ep(b->o->dist) : NULL };
 
 	if (ds_pool_init(&b->pool, &po, err) ||
 	    ds_fwd_init(&b->f, b->m, b->pool, &fo, err) ||
 	    ds_kvcache_init(&b->kv, &b->m->hp, 1, b->n_ctx, DS_KV_F16, err))
+		return -1;
+	return 0;
+}
+
+static int threads_open(mb *b, int threads, ds_err *err)
+{
+	int probe;
+
+	if (threads_fwd(b, threads, err))
 		return -1;
 	/* rows with decode probe the model's weights (tg_test); the 512 MiB
 	 * buffer is read only for rows without */
@@ -315,30 +364,49 @@ static uint32_t max_of(const uint32_t *v, int n)
 
 /* Load with a pool of the most threads asked for (the hugepages copy and
  * NUMA placement run on it), and fill o->model. */
-static int load(mb *b, ds_placement *pl, ds_err *err)
+/* ds_model_open with a pool of the most threads asked for (the
+ * hugepages copy and NUMA placement run on it); --mpi: the rank's share,
+ * after the job's split (on every rank alike). */
+static int open_model(mb *b, ds_placement *pl, char *warn, size_t warn_len,
+		      ds_err *err)
 {
 	const ds_mbench_opts *o = b->o;
-	ds_mbench_model *mm = o->model;
 	ds_pool_opts po = { .threads = 1, .cpus = o->cpus };
-	char warn[256];
-	double t0, share;
+	ds_load_opts lo = o->load;
 	int i, rc;
 
+	if (o->dist != NULL) {
+		if (ds_dist_model(o->dist, o->dir, err))
+			return -2;      /* the job's answer: no section follows */
+		ds_dist_load_opts(o->dist, &lo);
+	}
 	for (i = 0; i < o->n_threads; i++)
 		po.threads = o->threads[i] > po.threads ? o->threads[i] : po.threads;
 	if (ds_pool_init(&b->pool, &po, err))
 		return -1;
-	say(b, "loading %s", o->dir);
-	t0 = ds_now_s();
-	rc = ds_model_open(b->m, b->pool, o->dir, &o->load, pl, warn, sizeof warn,
-			   err);
-	mm->load_s = ds_now_s() - t0;
+	rc = ds_model_open(b->m, b->pool, o->dir, &lo, pl, warn, warn_len, err);
 	ds_pool_free(b->pool);
 	b->pool = NULL;
+	return rc;
+}
+
+/* Load and fill o->model. */
+static int load(mb *b, ds_placement *pl, ds_err *err)
+{
+	const ds_mbench_opts *o = b->o;
+	ds_mbench_model *mm = o->model;
+	char warn[256];
+	double t0, share;
+	int rc;
+
+	say(b, "loading %s", o->dir);
+	t0 = ds_now_s();
+	rc = open_model(b, pl, warn, sizeof warn, err);
+	mm->load_s = ds_now_s() - t0;
 	if (o->loaded != NULL)
 		o->loaded(o->loaded_arg);
 	if (rc)
-		return -1;
+		return rc;
 	if (warn[0])
 		say(b, "warning: --hugepages: %s", warn);
 	if (ds_map_small_pages(&b->m->bin, &share))
@@ -357,7 +425,8 @@ static int load(mb *b, ds_placement *pl, ds_err *err)
 static int model_bytes(mb *b, ds_err *err)
 {
 	ds_pool_opts po = { .threads = 1 };
-	ds_fwd_opts fo = { .max_batch = 1 };
+	ds_fwd_opts fo = { .max_batch = 1,
+			   .ep = b->o->dist ? ds_dist_ep(b->o->dist) : NULL };
 	ds_fwd_info fi;
 
 	if (ds_pool_init(&b->pool, &po, err))
@@ -373,52 +442,95 @@ static int model_bytes(mb *b, ds_err *err)
 	return 0;
 }
 
+/* The batch sizes, cache and token buffers of o (on every rank alike). */
+static int mb_init(mb *b, const ds_mbench_opts *o, ds_model *m, ds_err *err)
+{
+	uint32_t ctx = o->ctx_size;
+
+	memset(b, 0, sizeof *b);
+	memset(m, 0, sizeof *m);
+	m->bin.fd = -1;
+	b->o = o;
+	b->m = m;
+	b->rng = o->seed ? o->seed : 0x9E3779B97F4A7C15ULL;
+	b->max_p = max_of(o->pp, o->n_pp);
+	b->ubatch = b->max_p < 1 ? 1 : b->max_p < MAX_UBATCH ? b->max_p : MAX_UBATCH;
+	if (ctx == 0)
+		ctx = b->max_p + max_of(o->tg, o->n_tg);
+	b->n_ctx = ctx < 1 ? 1 : ctx;
+	if (b->max_p > b->n_ctx || max_of(o->tg, o->n_tg) > b->n_ctx)
+		return ds_errf(err, "--ctx-size %u is below the longest test", b->n_ctx);
+	b->tok = ds_calloc(b->max_p + 1, sizeof *b->tok, err);
+	b->pos = ds_calloc(b->max_p + 1, sizeof *b->pos, err);
+	b->seq = ds_calloc(b->ubatch, sizeof *b->seq, err);   /* all slot 0 */
+	return b->tok == NULL || b->pos == NULL || b->seq == NULL ? -1 : 0;
+}
+
+static void mb_free(mb *b, ds_placement *pl)
+{
+	free(b->tok);
+	free(b->pos);
+	free(b->seq);
+	ds_model_free(b->m);
+	ds_placement_free(pl);
+}
+
 int ds_mbench_run(const ds_mbench_opts *o, ds_mbench_emit *emit, void *arg,
 		  ds_err *err)
 {
 	ds_model m;
 	ds_placement pl;
 	mb b;
-	uint32_t ctx = o->ctx_size;
-	int t, rc = -1;
+	int t = 0, rc = -1, lrc = 0;
 
-	memset(&b, 0, sizeof b);
-	memset(&m, 0, sizeof m);
 	memset(&pl, 0, sizeof pl);
-	m.bin.fd = -1;
-	b.o = o;
-	b.m = &m;
-	b.rng = o->seed ? o->seed : 0x9E3779B97F4A7C15ULL;
-	b.max_p = max_of(o->pp, o->n_pp);
-	b.ubatch = b.max_p < 1 ? 1 : b.max_p < MAX_UBATCH ? b.max_p : MAX_UBATCH;
-	if (ds_kernels_init(err) || load(&b, &pl, err) || model_bytes(&b, err))
+	if (mb_init(&b, o, &m, err) || ds_kernels_init(err) ||
+	    (lrc = load(&b, &pl, err)) != 0 || model_bytes(&b, err))
 		goto out;
 	b.wmem = pl.mem ? pl.mem : m.bin.data;
 	b.wbytes = pl.mem ? pl.bytes : m.bin.size;
-	if (ctx == 0)
-		ctx = b.max_p + max_of(o->tg, o->n_tg);
-	b.n_ctx = ctx < 1 ? 1 : ctx;
-	if (b.max_p > b.n_ctx || max_of(o->tg, o->n_tg) > b.n_ctx) {
-		ds_errf(err, "--ctx-size %u is below the longest test", b.n_ctx);
-		goto out;
-	}
-	b.tok = ds_calloc(b.max_p + 1, sizeof *b.tok, err);
-	b.pos = ds_calloc(b.max_p + 1, sizeof *b.pos, err);
-	b.seq = ds_calloc(b.ubatch, sizeof *b.seq, err);   /* all slot 0 */
-	if (b.tok == NULL || b.pos == NULL || b.seq == NULL)
-		goto out;
 	for (t = 0; t < o->n_threads; t++) {
 		rc = threads_rows(&b, o->threads[t], emit, arg, err);
 		threads_close(&b);
+		/* the other ranks' section of this thread count ends */
+		if (o->dist != NULL)
+			ds_dist_done(o->dist, rc ? 1 : 0);
 		if (rc)
 			goto out;
 	}
 	rc = 0;
 out:
-	free(b.tok);
-	free(b.pos);
-	free(b.seq);
-	ds_model_free(&m);
-	ds_placement_free(&pl);
+	/* a failure before the first section: the others wait for one */
+	if (rc && t == 0 && lrc != -2 && o->dist != NULL)
+		ds_dist_done(o->dist, 1);
+	mb_free(&b, &pl);
+	return rc;
+}
+
+int ds_mbench_follow(const ds_mbench_opts *o, ds_err *err)
+{
+	ds_model m;
+	ds_placement pl;
+	char warn[256];
+	mb b;
+	int t, rc;
+
+	memset(&pl, 0, sizeof pl);
+	if (mb_init(&b, o, &m, err) || ds_kernels_init(err))
+		ds_dist_fail(o->dist, err->msg);
+	rc = open_model(&b, &pl, warn, sizeof warn, err);
+	if (rc == -2) {
+		mb_free(&b, &pl);
+		return 1;
+	}
+	if (rc)
+		ds_dist_fail(o->dist, err->msg);
+	for (t = 0; t < o->n_threads && rc == 0; t++) {
+		if (threads_fwd(&b, o->threads[t], err))
+			ds_dist_fail(o->dist, err->msg);
+		rc = ds_dist_follow(o->dist, b.f, &b.kv, err);
+		threads_close(&b);
+	}
+	mb_free(&b, &pl);
 	return rc;
 }

@@ -21,6 +21,11 @@
  *   gops 2 * active_params * pp_ts / 1e9 (a multiply-add per weight per
  *        token; attention's own products are left out), and
  *        pp_ratio = gops / the int8 peak (q4, q8 models) or bf16 peak
+ *   comm with --mpi (dist.h), over the timed repetitions, per token:
+ *        bytes = what all ranks sent each other (expert rows, batches),
+ *        ms = rank 0's time waiting in exchanges and sending batches
+ *        (its time is the step's), share = ms / ms per token; wait_max
+ *        = the most any rank waited in exchanges
  */
 #ifndef DS_MBENCH_H
 #define DS_MBENCH_H
@@ -28,6 +33,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "dist/dist.h"
 #include "model/forward.h"
 #include "format/hfconfig.h"
 #include "base/util.h"
@@ -75,6 +81,10 @@ typedef struct ds_mbench_row {
 	double pp_gops, pp_ratio;
 	double rss_peak_mib;      /* VmHWM so far */
 	double kv_mib;            /* the cache this row used */
+	int ranks;                /* 1 without --mpi */
+	struct ds_mbench_comm {
+		double bytes, ms, share, wait_max_ms;
+	} pp_comm, tg_comm;       /* per token (above); 0 without --mpi */
 } ds_mbench_row;
 
 typedef void ds_mbench_emit(void *arg, const ds_mbench_row *r);
@@ -101,10 +111,18 @@ typedef struct ds_mbench_opts {
 	 * model's files there: the mapping keeps them) */
 	void (*loaded)(void *arg);
 	void *loaded_arg;
+	/* --mpi: this process's rank of the job (its share loaded, its
+	 * forward passes one part of the job's), or NULL */
+	ds_dist *dist;
 } ds_mbench_opts;
 
+/* Rank 0 (or the only process): the benchmark. */
 int ds_mbench_run(const ds_mbench_opts *o, ds_mbench_emit *emit, void *arg,
 		  ds_err *err);
+/* --mpi, ranks > 0, with the same options: the model and a forward for
+ * each thread count as rank 0 makes them, following its passes.  Rank 0
+ * reports the failures; 1 when it failed. */
+int ds_mbench_follow(const ds_mbench_opts *o, ds_err *err);
 
 
 #endif

@@ -144,7 +144,7 @@ typedef struct field {
 	double v;
 } field;
 
-#define NFIELDS 35
+#define NFIELDS 44
 
 static field fs(const char *name, const char *s)
 {
@@ -178,6 +178,15 @@ static void row_fields(const ds_mbench_row *r, field *f)
 		fs("peak_kind", r->peak_kind), fv("peak_gops", F_NUM, r->peak_gops),
 		fv("pp_gops", F_NUM, r->pp_gops), fv("pp_ratio", F_NUM, r->pp_ratio),
 		fv("rss_peak_mib", F_NUM, r->rss_peak_mib), fv("kv_mib", F_NUM, r->kv_mib),
+		fv("ranks", F_INT, r->ranks),
+		fv("pp_comm_bytes", F_NUM, r->pp_comm.bytes),
+		fv("pp_comm_ms", F_NUM, r->pp_comm.ms),
+		fv("pp_comm_share", F_NUM, r->pp_comm.share),
+		fv("pp_wait_max_ms", F_NUM, r->pp_comm.wait_max_ms),
+		fv("tg_comm_bytes", F_NUM, r->tg_comm.bytes),
+		fv("tg_comm_ms", F_NUM, r->tg_comm.ms),
+		fv("tg_comm_share", F_NUM, r->tg_comm.share),
+		fv("tg_wait_max_ms", F_NUM, r->tg_comm.wait_max_ms),
 	};
 
 	memcpy(f, all, sizeof all);
@@ -231,38 +240,57 @@ static json_t *json_row(const field *f)
 	return o;
 }
 
-static void md_header(FILE *f, const ds_mbench_model *m)
+static void md_header(FILE *f, const ds_mbench_row *r)
 {
+	const ds_mbench_model *m = r->m;
 	char a[32], b[32], c[32], d[32];
 
 	fprintf(f, "model %s: %s, %s, %u layers, %s, %s params (%s active, %s read "
-		"per token), kernels %s, loaded in %.2f s%s\n\n", m->name, m->arch,
+		"per token%s), kernels %s, loaded in %.2f s%s\n\n", m->name, m->arch,
 		m->type, m->n_layer, ds_report_bytes(m->model_bytes, a, sizeof a),
 		ds_report_count(m->params, b, sizeof b),
 		ds_report_count(m->active_params, c, sizeof c),
-		ds_report_bytes(m->active_bytes, d, sizeof d), m->isa, m->load_s,
+		ds_report_bytes(m->active_bytes, d, sizeof d),
+		r->ranks > 1 ? " by rank 0" : "", m->isa, m->load_s,
 		m->hugepages ? ", in hugepages" : "");
+	if (r->ranks > 1)
+		fprintf(f, "%d ranks; comm: what the ranks sent each other per token, "
+			"rank 0's wait per token and its share of the time\n\n",
+			r->ranks);
 	fprintf(f, "| model | size | params | type | threads | test | t/s | ms/tok "
-		"| TTFT ms | GB/s | of probe | GOP/s | of peak |\n"
-		"|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+		"| TTFT ms | GB/s | of probe | GOP/s | of peak |%s\n"
+		"|---|---|---|---|---|---|---|---|---|---|---|---|---|%s\n",
+		r->ranks > 1 ? " comm |" : "", r->ranks > 1 ? "---|" : "");
+}
+
+/* " KiB/tok, ms/tok (share) |" of --mpi rows, "" otherwise. */
+static const char *md_comm(const ds_mbench_row *r, const struct ds_mbench_comm *c,
+			   char *buf, size_t len)
+{
+	buf[0] = '\0';
+	if (r->ranks > 1)
+		snprintf(buf, len, " %.1f KiB, %.3f ms (%.1f%%) |", c->bytes / 1024,
+			 c->ms, 100 * c->share);
+	return buf;
 }
 
 static void md_row(FILE *f, const ds_mbench_row *r)
 {
 	const ds_mbench_model *m = r->m;
-	char pre[256], a[32], b[32];
+	char pre[256], a[32], b[32], c[80];
 
 	snprintf(pre, sizeof pre, "| %s | %s | %s | %s | %d |", m->name,
 		 ds_report_bytes(m->model_bytes, a, sizeof a),
 		 ds_report_count(m->params, b, sizeof b), m->type, r->threads);
 	if (r->pp)
-		fprintf(f, "%s pp%u | %.2f ± %.2f | | %.1f ± %.1f | | | %.1f | %.3f %s |\n",
+		fprintf(f, "%s pp%u | %.2f ± %.2f | | %.1f ± %.1f | | | %.1f | %.3f %s |%s\n",
 			pre, r->pp, r->pp_ts, r->pp_sd, r->ttft_ms, r->ttft_sd,
-			r->pp_gops, r->pp_ratio, r->peak_kind);
+			r->pp_gops, r->pp_ratio, r->peak_kind,
+			md_comm(r, &r->pp_comm, c, sizeof c));
 	if (r->tg)
-		fprintf(f, "%s tg%u | %.2f ± %.2f | %.2f | | %.2f | %.3f | | |\n", pre,
+		fprintf(f, "%s tg%u | %.2f ± %.2f | %.2f | | %.2f | %.3f | | |%s\n", pre,
 			r->tg, r->tg_ts, r->tg_sd, r->ms_per_tok, r->decode_gbs,
-			r->bw_ratio);
+			r->bw_ratio, md_comm(r, &r->tg_comm, c, sizeof c));
 }
 
 void ds_report_model_row(void *report, const ds_mbench_row *r)
@@ -273,7 +301,7 @@ void ds_report_model_row(void *report, const ds_mbench_row *r)
 	row_fields(r, f);
 	if (o->fmt == DS_REPORT_MD) {
 		if (o->n == 0)
-			md_header(o->f, r->m);
+			md_header(o->f, r);
 		md_row(o->f, r);
 	} else if (o->fmt == DS_REPORT_CSV) {
 		csv_row(o, f);

@@ -76,6 +76,12 @@ struct ds_fwd {
 					    at its position (rope_cs), else NULL */
 	float attn_scale;                /* softmax scale */
 	ds_router router;
+	/* expert parallelism (forward.h ds_fwd_ep, ep.c), or ep NULL */
+	const ds_fwd_ep *ep;
+	uint32_t *ep_part;               /* [n_expert] the part holding each */
+	int *ep_cnt, *ep_off, *ep_fill;  /* [n_part] rows per part */
+	int32_t *ep_row;                 /* (T, n_used) each assignment's row */
+	float *ep_rows;                  /* (T * n_used, H) the parts' outputs */
 	void *derived;                   /* the DS_FWD_DERIVED tensors (mapped) */
 	ds_mat *head_mats;               /* MLA: [n_layer][2][nh] head views */
 	uint64_t derived_bytes;
@@ -130,7 +136,15 @@ ds_attn ds_run_attn(const ds_fwd *f, ds_kvcache *kv, uint32_t layer, const ds_ru
 /* x += o W_o^T */
 void ds_blk_out(ds_fwd *f, const ds_mat *wo, const float *o, size_t T);
 
-/* ---- MLA (mla.c) --------------------------------------------------------- */
+/* ---- expert parallelism (ep.c) ------------------------------------------- */
+
+/* Check f->ep against the model and fill f->ep_part. */
+int ds_ep_init(ds_fwd *f, ds_err *err);
+/* y (T, H) += the routed experts of layer L for the rows of h: this
+ * part's computed, all parts' exchanged and added in expert order. */
+void ds_ep_moe(ds_fwd *f, const ds_layer *L, size_t T);
+
+/* ---- MLA (mla.c) -------------------------------------------------------- */
 
 /* The type of the derived matrices for an attn_kv_b of type kv_b. */
 ds_ttype ds_mla_derived_type(ds_ttype kv_b);

@@ -36,8 +36,11 @@ static void ffn_moe(ds_fwd *f, const ds_layer *L, size_t T)
 		ds_ffn(&f->ctx, &L->gate_sh, &L->up_sh, &L->down_sh, &in, f->y, 0, NULL);
 	else
 		memset(f->y, 0, T * H * sizeof(float));
-	ds_moe(&f->ctx, &L->gate_exps, &L->up_exps, &L->down_exps, f->h, 0, T,
-	       f->eids, f->ew, hp->n_expert_used, f->y, 0);
+	if (f->ep != NULL)
+		ds_ep_moe(f, L, T);
+	else
+		ds_moe(&f->ctx, &L->gate_exps, &L->up_exps, &L->down_exps, f->h, 0,
+		       T, f->eids, f->ew, hp->n_expert_used, f->y, 0);
 	ds_add(&f->ctx, f->x, f->y, T * H, f->x);
 }
 

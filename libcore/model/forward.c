@@ -343,6 +343,18 @@ static int bufs_init(ds_fwd *f, ds_err *err)
 		f->ew = fbuf(f, T, hp->n_expert_used, sizeof(float), &oom);
 		f->eids = fbuf(f, T, hp->n_expert_used, sizeof *f->eids, &oom);
 	}
+	if (f->ep != NULL && hp->n_expert) {
+		size_t au = (size_t)T * hp->n_expert_used;
+
+		f->ep_part = fbuf(f, hp->n_expert, 1, sizeof *f->ep_part, &oom);
+		f->ep_cnt = fbuf(f, 3, f->ep->n_part, sizeof *f->ep_cnt, &oom);
+		f->ep_row = fbuf(f, au, 1, sizeof *f->ep_row, &oom);
+		f->ep_rows = fbuf(f, au, H, sizeof(float), &oom);
+		if (!oom) {
+			f->ep_off = f->ep_cnt + f->ep->n_part;
+			f->ep_fill = f->ep_off + f->ep->n_part;
+		}
+	}
 	f->logits = fbuf(f, T, hp->n_vocab, sizeof(float), &oom);
 	f->tok = fbuf(f, T, 1, sizeof *f->tok, &oom);
 	f->pos = fbuf(f, T, 1, sizeof *f->pos, &oom);
@@ -369,6 +381,12 @@ int ds_fwd_init(ds_fwd **out, const ds_model *m, ds_pool *pool,
 	f->hp = &m->hp;
 	f->pool = pool;
 	f->max_batch = opts && opts->max_batch ? opts->max_batch : DEFAULT_BATCH;
+	f->ep = opts ? opts->ep : NULL;
+	if (f->ep != NULL && f->hp->n_expert == 0) {
+		ds_errf(err, "%s: expert parallelism needs a model with routed "
+			"experts (%s has none)", m->dir, ds_arch_name(m->hp.arch));
+		goto fail;
+	}
 	if (bind_all(f, err) || ds_fwd_rope_init(f->hp, &f->rope, &scale, err))
 		goto fail;
 	f->attn_scale = (float)scale;
@@ -376,7 +394,7 @@ int ds_fwd_init(ds_fwd **out, const ds_model *m, ds_pool *pool,
 	if (ctx_init(f, err))
 		goto fail;
 	f->kern = f->ctx.kern;
-	if (bufs_init(f, err) ||
+	if (bufs_init(f, err) || (f->ep != NULL && ds_ep_init(f, err)) ||
 	    (f->hp->arch == DS_ARCH_DEEPSEEK2 && ds_mla_derive(f, err)))
 		goto fail;
 	*out = f;
@@ -517,8 +535,12 @@ int ds_fwd_decode(ds_fwd *f, ds_kvcache *kv, const ds_batch *b, ds_err *err)
 		f->n_out = 0;
 		return 0;
 	}
-	if (batch_prepare(f, kv, b, err) ||
-	    ds_embed(&f->ctx, &f->tok_embd, f->tok, b->n, f->x, 0, err))
+	if (batch_prepare(f, kv, b, err))
+		return -1;
+	/* checked: the other parts run it too */
+	if (f->ep != NULL && f->ep->batch != NULL)
+		f->ep->batch(f->ep->arg, kv, b);
+	if (ds_embed(&f->ctx, &f->tok_embd, f->tok, b->n, f->x, 0, err))
 		return -1;
 	/* decode: rope's table once for all layers */
 	f->rope1 = NULL;
@@ -574,10 +596,20 @@ void ds_fwd_get_info(const ds_fwd *f, ds_fwd_info *info)
 		uint64_t b = t->size;
 
 		info->weight_bytes += b;
+		if (n > 5 && strcmp(t->name + n - 5, "_exps") == 0 && hp->n_expert) {
+			uint64_t one = b / hp->n_expert, here = hp->n_expert;
+
+			if (f->ep != NULL)
+				here = f->ep->first[f->ep->part + 1] - f->ep->first[f->ep->part];
+			info->share_bytes += one * here;
+			/* a token's n_used experts, here * n_used / n_expert of
+			 * them on average in this part */
+			info->active_bytes += one * here * hp->n_expert_used / hp->n_expert;
+			continue;
+		}
+		info->share_bytes += b;
 		if (strcmp(t->name, "token_embd") == 0 && !hp->tie_embeddings)
 			continue;       /* one row per token */
-		if (n > 5 && strcmp(t->name + n - 5, "_exps") == 0 && hp->n_expert)
-			b = b / hp->n_expert * hp->n_expert_used;
 		info->active_bytes += b;
 	}
 	info->active_bytes += f->derived_bytes;

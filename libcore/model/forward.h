@@ -41,9 +41,48 @@
 #include "base/util.h"
 
 typedef struct ds_fwd ds_fwd;
+typedef struct ds_batch ds_batch;
+
+/*
+ * Expert parallelism (libcore/dist/, docs/distributed.md).  Processes
+ * ("parts") run one model together: each runs the same batches through
+ * everything but the routed experts, and the routed experts of its own
+ * range only.  In each MoE layer a part computes the unweighted outputs
+ * of the (token, slot) assignments to its experts into its rows of a
+ * buffer, exchange() brings every part's rows to all, and each part adds
+ * them to the shared experts' output in ascending expert order, as
+ * ds_moe does in one process: the logits do not depend on the number of
+ * parts, bit for bit.
+ *
+ * Rows of the buffer: part p's are rows off[p] .. off[p] + cnt[p] - 1,
+ * its assignments in batch order (token, then slot).
+ */
+typedef struct ds_fwd_ep {
+	uint32_t n_part, part;
+	const uint32_t *first;  /* [n_part + 1]: part p holds experts
+				   first[p] .. first[p+1]-1; first[n_part]
+				   = n_expert */
+	/* On return every part's rows (width floats each) are in buf; this
+	 * part's were filled before the call.  It does not return on
+	 * failure (a part cannot go on without the others). */
+	void (*exchange)(void *arg, float *buf, size_t width, const int *cnt,
+			 const int *off);
+	/* Each batch, once checked, before it runs (the leader sends it to
+	 * the other parts); NULL: none. */
+	void (*batch)(void *arg, const ds_kvcache *kv, const ds_batch *b);
+	void *arg;
+} ds_fwd_ep;
+
+/* The experts [*first, *end) of part `part` of n_part: contiguous
+ * ranges in part order, sizes differing by at most one (the larger
+ * first). */
+void ds_ep_range(uint32_t n_expert, uint32_t n_part, uint32_t part,
+		 uint32_t *first, uint32_t *end);
 
 typedef struct ds_fwd_opts {
 	uint32_t max_batch;   /* most entries per ds_fwd_decode; 0: 256 */
+	const ds_fwd_ep *ep;  /* NULL: every expert in this process;
+				 else kept, it must outlive the forward */
 } ds_fwd_opts;
 
 /* Bind the model's tensors (which must outlive the forward), derive what
@@ -65,13 +104,13 @@ void ds_fwd_free(ds_fwd *f);
  *    overwrites: the slot is cut there first), later ones continue.
  * Entries of different sequences may interleave.  After the call each
  * slot's length is the end of its last entry. */
-typedef struct ds_batch {
+struct ds_batch {
 	size_t n;
 	const int32_t *token;
 	const int32_t *pos;
 	const int32_t *seq;
 	const uint8_t *logits;
-} ds_batch;
+};
 
 int ds_fwd_decode(ds_fwd *f, ds_kvcache *kv, const ds_batch *b,
 		  ds_err *err);
@@ -91,7 +130,11 @@ typedef struct ds_fwd_info {
 	uint64_t weight_bytes;      /* all tensors of model.bin */
 	uint64_t active_bytes;      /* weights one decode token reads:
 				       everything but the embedding table and
-				       the unused routed experts */
+				       the unused routed experts (with
+				       expert parallelism, here: the mean
+				       share of the used ones) */
+	uint64_t share_bytes;       /* weights this process reads at all:
+				       all but other parts' experts */
 	uint64_t derived_bytes;     /* memory of DS_FWD_DERIVED tensors */
 	uint64_t scratch_bytes;     /* activations, logits, op scratch */
 	double softmax_scale;       /* attention's, incl. YaRN's mscale^2 */
@@ -149,13 +192,23 @@ typedef struct ds_load_opts {
 	int hugepages;        /* a copy in hugepages (ds_model_place) */
 	enum ds_numa numa;
 	int verify;           /* check every CRC-32 */
+	/* Expert parallelism: this process uses the routed experts of part
+	 * ep_part of ep_parts only (ds_ep_range), and no output projection
+	 * when no_output; the rest of model.bin is mapped but never read,
+	 * populated, locked or copied (--verify still reads all of it).
+	 * ep_parts 0: the whole model. */
+	uint32_t ep_parts, ep_part;
+	int no_output;
 } ds_load_opts;
 
 /* ds_model_load with MAP_POPULATE (unless no_populate, hugepages or numa:
  * then the pages are faulted in where they are placed), then
  * ds_model_place, then ds_model_verify.  *warn: the hugepages fallback's
  * message, or "".  On failure free the model and the placement as after
- * success. */
+ * success.  A share (ep_parts): verified first, then its ranges alone
+ * populated and locked, or copied into transparent hugepages (hugetlb
+ * pages are reserved for a whole mapping); numa is refused (bind each
+ * process to its node instead). */
 int ds_model_open(ds_model *m, ds_pool *pool, const char *dir,
 		  const ds_load_opts *o, ds_placement *pl, char *warn,
 		  size_t warn_len, ds_err *err);

@@ -4,6 +4,7 @@
  */
 #include "arch.h"
 
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -147,6 +148,134 @@ void ds_placement_free(ds_placement *pl)
 	memset(pl, 0, sizeof *pl);
 }
 
+/* ---- a share of the model (expert parallelism) ------------------------------- */
+
+typedef int range_fn(void *arg, const uint8_t *p, size_t n);
+
+static int is_exps(const ds_tensor *t)
+{
+	size_t n = strlen(t->name);
+
+	return t->ndim == 3 && n > 5 && strcmp(t->name + n - 5, "_exps") == 0;
+}
+
+/* fn on each byte range of m the share uses: every tensor but the other
+ * parts' experts (and the output projection with no_output); stops at
+ * the first nonzero return. */
+static int share_ranges(const ds_model *m, const ds_load_opts *o,
+			range_fn *fn, void *arg)
+{
+	uint32_t first, end;
+	size_t i;
+	int rc = 0;
+
+	ds_ep_range(m->hp.n_expert, o->ep_parts, o->ep_part, &first, &end);
+	for (i = 0; i < m->n_tensors && rc == 0; i++) {
+		const ds_tensor *t = &m->tensors[i];
+
+		if (is_exps(t)) {
+			uint64_t one = t->size / t->shape[0];
+
+			rc = fn(arg, t->data + first * one, (end - first) * one);
+		} else if (!(o->no_output && !m->hp.tie_embeddings &&
+			     strcmp(t->name, "output") == 0)) {
+			rc = fn(arg, t->data, t->size);
+		}
+	}
+	return rc;
+}
+
+static int populate_fn(void *arg, const uint8_t *p, size_t n)
+{
+	const ds_model *m = arg;
+
+	ds_map_populate(&m->bin, (size_t)(p - m->bin.data), n);
+	return 0;
+}
+
+static int lock_fn(void *arg, const uint8_t *p, size_t n)
+{
+	(void)arg;
+	return n && mlock(p, n) != 0 ? -1 : 0;
+}
+
+typedef struct share_copy {
+	ds_pool *pool;
+	const uint8_t *from;
+	uint8_t *to;
+} share_copy;
+
+static int copy_range_fn(void *arg, const uint8_t *p, size_t n)
+{
+	share_copy *c = arg;
+	copy_job j = { .dst = c->to + (p - c->from), .src = p, .bytes = n };
+
+	if (n)
+		ds_pool_run(c->pool, copy_fn, &j);
+	return 0;
+}
+
+/* The share copied into transparent hugepages of a mapping as large as
+ * model.bin (the rest never touched, so never backed): hugetlb pages
+ * would be reserved for all of it. */
+static int share_place(ds_model *m, ds_pool *pool, const ds_load_opts *o,
+		       ds_placement *pl, char *warn, size_t warn_len, ds_err *err)
+{
+	share_copy c = { .pool = pool, .from = m->bin.data };
+	size_t i;
+
+	pl->bytes = ds_round_up(m->bin.size, DS_HUGE_2M);
+	c.to = ds_map_anon_huge(pl->bytes);
+	if (c.to == NULL)
+		return ds_errf(err, "--hugepages: cannot map %zu bytes", pl->bytes);
+	pl->mem = c.to;
+	(void)share_ranges(m, o, copy_range_fn, &c);
+	if ((m->flags & DS_LOAD_MLOCK) && share_ranges(m, o, lock_fn, NULL) != 0) {
+		ds_placement_free(pl);
+		return ds_errf(err, "--mlock: cannot lock this rank's share");
+	}
+	for (i = 0; i < m->n_tensors; i++)
+		m->tensors[i].data = c.to + (m->tensors[i].data - c.from);
+	munmap((void *)m->bin.data, m->bin.size);
+	m->bin.data = NULL;
+	m->bin.size = 0;
+	snprintf(warn, warn_len, "the share of the experts is copied into "
+		 "transparent hugepages (hugetlb pages are not used with "
+		 "expert parallelism)");
+	return 0;
+}
+
+/* ds_model_open for a share: verified whole (then unmapped from this
+ * process), then its ranges populated and locked, or copied. */
+static int open_share(ds_model *m, ds_pool *pool, const char *dir,
+		      const ds_load_opts *o, ds_placement *pl, char *warn,
+		      size_t warn_len, ds_err *err)
+{
+	if (o->numa != DS_NUMA_OFF)
+		return ds_errf(err, "--numa with expert parallelism: bind each "
+			       "rank to its node instead (ds-tune plan --ranks)");
+	if (o->ep_part >= o->ep_parts)
+		return ds_errf(err, "part %u of %u", o->ep_part, o->ep_parts);
+	if (ds_model_load(m, dir, 0, err))
+		return -1;
+	if (o->verify) {
+		if (ds_model_verify(m, err))
+			return -1;
+		if (m->bin.data != NULL)
+			(void)madvise((void *)m->bin.data, m->bin.size, MADV_DONTNEED);
+	}
+	if (o->mlock)
+		m->flags |= DS_LOAD_MLOCK;
+	if (o->hugepages)
+		return share_place(m, pool, o, pl, warn, warn_len, err);
+	if (!o->no_populate)
+		(void)share_ranges(m, o, populate_fn, m);
+	if (o->mlock && share_ranges(m, o, lock_fn, NULL) != 0)
+		return ds_errf(err, "%s: --mlock: cannot lock this rank's share of "
+			       "model.bin", dir);
+	return 0;
+}
+
 int ds_model_open(ds_model *m, ds_pool *pool, const char *dir,
 		  const ds_load_opts *o, ds_placement *pl, char *warn,
 		  size_t warn_len, ds_err *err)
@@ -157,6 +286,8 @@ int ds_model_open(ds_model *m, ds_pool *pool, const char *dir,
 	memset(pl, 0, sizeof *pl);
 	if (warn_len)
 		warn[0] = '\0';
+	if (o->ep_parts > 0)
+		return open_share(m, pool, dir, o, pl, warn, warn_len, err);
 	if (!o->no_populate && !placed)
 		flags |= DS_LOAD_POPULATE;
 	if (o->mlock && !o->hugepages)

@@ -11,6 +11,9 @@
  *   4. down: each thread owns a share of the output row-sets (in decode,
  *      claims them) and runs all active experts on them, adding w * out
  *      into y: no two threads write the same y element, so no locks.
+ * ds_moe_part runs the same steps over the assignments of a range of
+ * experts and stores each output row as it is, unweighted, for the caller
+ * to weigh and add (expert parallelism, forward.h ds_fwd_ep).
  */
 #include "ops_int.h"
 
@@ -21,6 +24,11 @@ struct moe_job {
 	size_t ldx, t0;
 	float *y;
 	size_t ldy;
+	size_t n_used;              /* moe_tok holds assignments t * n_used + j */
+	uint32_t e0, e1;            /* the experts computed */
+	const int32_t *dst;         /* ds_moe_part: each assignment's row of out */
+	float *out;                 /* ds_moe_part's rows, or NULL: into y */
+	size_t ldo;
 	int32_t *off;               /* [ne + 1] first row of each expert */
 	int32_t *act;               /* active experts (with tokens) */
 	size_t nact, rows, ff_sets;
@@ -44,6 +52,25 @@ static int32_t row_expert(const struct moe_job *j, size_t r)
 	return j->act[a];
 }
 
+/* The token (from the chunk's first) of sorted row r. */
+static size_t row_tok(const struct moe_job *j, size_t r)
+{
+	return (size_t)j->c->moe_tok[r] / j->n_used;
+}
+
+/* Columns c0 .. c0+n-1 of sorted row r's output v: weighed and added
+ * into its token's y row, or stored as they are in its row of out. */
+static void put_out(struct moe_job *j, size_t r, size_t c0, const float *v,
+		    size_t n)
+{
+	if (j->out != NULL)
+		memcpy(j->out + (size_t)j->dst[j->c->moe_tok[r]] * j->ldo + c0, v,
+		       n * sizeof *v);
+	else
+		j->c->kern->axpy(j->c->moe_w[r], v, n,
+				 j->y + (j->t0 + row_tok(j, r)) * j->ldy + c0);
+}
+
 static void prep_x(struct moe_job *j, const ds_mat *w3, int need, int ith,
 		   int nth)
 {
@@ -53,7 +80,7 @@ static void prep_x(struct moe_job *j, const ds_mat *w3, int need, int ith,
 	for (r = b; r < e; r++) {
 		ds_mat w = ds_mat_expert(w3, (uint64_t)row_expert(j, r));
 
-		ops_prep_row(j->c, j->x + (size_t)j->c->moe_tok[r] * j->ldx, w.k,
+		ops_prep_row(j->c, j->x + row_tok(j, r) * j->ldx, w.k,
 			     ds_round_up(w.kp, DS_QBLOCK), w.perm, NULL, 0, need, j->xd, r);
 	}
 }
@@ -180,28 +207,25 @@ static int moe_steals(const struct moe_job *j)
  * element by one thread, in one order). */
 static void down_vec(struct moe_job *j, int ith, size_t b, size_t e)
 {
-	const ds_kernels *K = j->c->kern;
 	float *tile = ops_thr(j->c, ith);
 	size_t a, rs, n, nr;
 
 	for (a = 0; a < j->nact; a++) {
 		int32_t ex = j->act[a];
 		ds_mat d = ds_mat_expert(j->down, (uint64_t)ex);
-		size_t r0 = (size_t)j->off[ex], tok = (size_t)j->c->moe_tok[r0];
+		size_t r0 = (size_t)j->off[ex];
 		ds_act ah = ops_act(j->hd, need_of(d.type), r0, 1);
 
 		for (rs = b; rs < e; rs += n) {
 			n = e - rs < TB_MAX ? e - rs : TB_MAX;
 			nr = ops_mv_rows(j->c, &d, rs, n, &ah, tile);
-			K->axpy(j->c->moe_w[r0], tile, nr,
-				j->y + (j->t0 + tok) * j->ldy + rs * DS_ROWSET);
+			put_out(j, r0, rs * DS_ROWSET, tile, nr);
 		}
 	}
 }
 
 static void down_share(struct moe_job *j, int ith, int nth)
 {
-	const ds_kernels *K = j->c->kern;
 	float *tile = ops_thr(j->c, ith);
 	size_t b, e, rs, a, tb, t, TB = ops_tb(j->c, need_of(j->down->type), j->down->kp);
 
@@ -225,12 +249,8 @@ static void down_share(struct moe_job *j, int ith, int nth)
 				ds_act ah = ops_act(j->hd, need_of(d.type), tb, nt);
 
 				ops_mm_tile(j->c, &d, rs, &ah, tile);
-				for (t = 0; t < nt; t++) {
-					size_t tok = (size_t)j->c->moe_tok[tb + t];
-
-					K->axpy(j->c->moe_w[tb + t], tile + t * DS_ROWSET, nv,
-						j->y + (j->t0 + tok) * j->ldy + rs * DS_ROWSET);
-				}
+				for (t = 0; t < nt; t++)
+					put_out(j, tb + t, rs * DS_ROWSET, tile + t * DS_ROWSET, nv);
 			}
 		}
 	}
@@ -264,7 +284,8 @@ static void moe_fn(void *arg, int ith, int nth)
 	down_share(j, ith, nth);
 }
 
-/* Sort the assignments of tokens t0 .. t0+t-1 by expert (counting sort). */
+/* Sort the assignments of tokens t0 .. t0+t-1 to experts e0 .. e1-1 by
+ * expert (counting sort); the others are left out. */
 static void moe_sort(ds_ctx *c, struct moe_job *j, const int32_t *ids,
 		     const float *w, size_t t, size_t n_used)
 {
@@ -274,7 +295,8 @@ static void moe_sort(ds_ctx *c, struct moe_job *j, const int32_t *ids,
 	memset(off, 0, (ne + 1) * sizeof *off);
 	for (i = 0; i < t * n_used; i++) {
 		DS_ASSERT(ids[i] >= 0 && (uint64_t)ids[i] < ne);
-		off[ids[i] + 1]++;
+		if ((uint32_t)ids[i] >= j->e0 && (uint32_t)ids[i] < j->e1)
+			off[ids[i] + 1]++;
 	}
 	j->nact = 0;
 	for (e = 0; e < ne; e++) {
@@ -284,12 +306,15 @@ static void moe_sort(ds_ctx *c, struct moe_job *j, const int32_t *ids,
 		fill[e] = off[e];
 	}
 	for (i = 0; i < t * n_used; i++) {
-		int32_t r = fill[ids[i]]++;
+		int32_t r;
 
-		c->moe_tok[r] = (int32_t)(i / n_used);
-		c->moe_w[r] = w[i];
+		if ((uint32_t)ids[i] < j->e0 || (uint32_t)ids[i] >= j->e1)
+			continue;
+		r = fill[ids[i]]++;
+		c->moe_tok[r] = (int32_t)i;
+		c->moe_w[r] = w ? w[i] : 0;
 	}
-	j->rows = t * n_used;
+	j->rows = (size_t)off[ne];
 	j->two_pass = 0;
 	for (e = 0; e < j->nact; e++) {
 		ds_mat g = ds_mat_expert(j->gate, (uint64_t)j->act[e]);
@@ -299,42 +324,78 @@ static void moe_sort(ds_ctx *c, struct moe_job *j, const int32_t *ids,
 	}
 }
 
+/* The chunks of at most max_rows tokens: y rows and dst entries are
+ * addressed from the chunk's first token. */
+static void moe_chunks(ds_ctx *c, struct moe_job *j, const float *x,
+		       size_t t, const int32_t *ids, const float *w,
+		       const int32_t *dst)
+{
+	size_t t0, chunk = c->cfg.max_rows;
+
+	for (t0 = 0; t0 < t; t0 += chunk) {
+		size_t n = t - t0 < chunk ? t - t0 : chunk;
+
+		j->t0 = t0;
+		j->x = x + t0 * j->ldx;
+		j->dst = dst ? dst + t0 * j->n_used : NULL;
+		moe_sort(c, j, ids + t0 * j->n_used, w ? w + t0 * j->n_used : NULL,
+			 n, j->n_used);
+		if (j->rows == 0)
+			continue;
+		if (moe_steals(j))
+			ops_steal_init(c, j->nact * j->ff_sets);
+		ops_run(c, moe_fn, j);
+	}
+}
+
+static void moe_job_init(ds_ctx *c, struct moe_job *j, const ds_mat *gate,
+			 const ds_mat *up, const ds_mat *down, size_t ldx,
+			 size_t n_used)
+{
+	DS_ASSERT(gate->ne == up->ne && gate->ne == down->ne && gate->ne <= c->cfg.moe_experts);
+	DS_ASSERT(n_used <= c->cfg.moe_used && gate->n <= c->cfg.moe_ff && down->k == gate->n);
+	DS_ASSERT(gate->kp <= c->moe_x.ldq && down->kp <= c->moe_hq.ldq);
+	memset(j, 0, sizeof *j);
+	j->c = c;
+	j->gate = gate;
+	j->up = up;
+	j->down = down;
+	j->ldx = ldx ? ldx : gate->k;
+	j->n_used = n_used;
+	j->e0 = 0;
+	j->e1 = (uint32_t)gate->ne;
+	j->off = c->moe_off;
+	j->act = c->moe_off + 2 * (c->cfg.moe_experts + 1);
+	j->ff_sets = (gate->n + DS_ROWSET - 1) / DS_ROWSET;
+	j->xd = &c->moe_x;
+	j->hd = &c->moe_hq;
+}
+
 void ds_moe(ds_ctx *c, const ds_mat *gate, const ds_mat *up,
 	    const ds_mat *down, const float *x, size_t ldx, size_t t,
 	    const int32_t *ids, const float *w, size_t n_used, float *y,
 	    size_t ldy)
 {
 	struct moe_job j;
-	size_t t0, chunk = c->cfg.max_rows;
 
-	DS_ASSERT(gate->ne == up->ne && gate->ne == down->ne && gate->ne <= c->cfg.moe_experts);
-	DS_ASSERT(n_used <= c->cfg.moe_used && gate->n <= c->cfg.moe_ff && down->k == gate->n);
-	DS_ASSERT(gate->kp <= c->moe_x.ldq && down->kp <= c->moe_hq.ldq);
-	memset(&j, 0, sizeof j);
-	j.c = c;
-	j.gate = gate;
-	j.up = up;
-	j.down = down;
-	j.x = x;
-	j.ldx = ldx ? ldx : gate->k;
+	moe_job_init(c, &j, gate, up, down, ldx, n_used);
 	j.y = y;
 	j.ldy = ldy ? ldy : down->n;
-	j.off = c->moe_off;
-	j.act = c->moe_off + 2 * (c->cfg.moe_experts + 1);
-	j.ff_sets = (gate->n + DS_ROWSET - 1) / DS_ROWSET;
-	j.xd = &c->moe_x;
-	j.hd = &c->moe_hq;
-	for (t0 = 0; t0 < t; t0 += chunk) {
-		size_t n = t - t0 < chunk ? t - t0 : chunk;
+	moe_chunks(c, &j, x, t, ids, w, NULL);
+}
 
-		j.t0 = t0;
-		j.x = x + t0 * j.ldx;
-		j.t0 = t0;
-		moe_sort(c, &j, ids + t0 * n_used, w + t0 * n_used, n, n_used);
-		j.y = y;
-		/* y rows are addressed from the chunk's first token */
-		if (moe_steals(&j))
-			ops_steal_init(c, j.nact * j.ff_sets);
-		ops_run(c, moe_fn, &j);
-	}
+void ds_moe_part(ds_ctx *c, const ds_mat *gate, const ds_mat *up,
+		 const ds_mat *down, const float *x, size_t ldx, size_t t,
+		 const int32_t *ids, size_t n_used, uint32_t e0, uint32_t e1,
+		 const int32_t *dst, float *out, size_t ldo)
+{
+	struct moe_job j;
+
+	moe_job_init(c, &j, gate, up, down, ldx, n_used);
+	DS_ASSERT(e0 <= e1 && e1 <= gate->ne);
+	j.e0 = e0;
+	j.e1 = e1;
+	j.out = out;
+	j.ldo = ldo ? ldo : down->n;
+	moe_chunks(c, &j, x, t, ids, NULL, dst);
 }

@@ -219,6 +219,15 @@ void ds_moe(ds_ctx *c, const ds_mat *gate, const ds_mat *up,
 	    const ds_mat *down, const float *x, size_t ldx, size_t t,
 	    const int32_t *ids, const float *w, size_t n_used, float *y,
 	    size_t ldy);
+/* The routed experts e0 .. e1-1 alone (expert parallelism, forward.h
+ * ds_fwd_ep): for each assignment i = t * n_used + j with e0 <= ids[i] <
+ * e1, the unweighted FFN_e(x[t]) into out + dst[i] * ldo (ldo 0: n_embd),
+ * each row computed as ds_moe computes it before weighing; the other rows
+ * of out are not touched. */
+void ds_moe_part(ds_ctx *c, const ds_mat *gate, const ds_mat *up,
+		 const ds_mat *down, const float *x, size_t ldx, size_t t,
+		 const int32_t *ids, size_t n_used, uint32_t e0, uint32_t e1,
+		 const int32_t *dst, float *out, size_t ldo);
 
 /* ---- element-wise ----------------------------------------------------------- */
 

@@ -112,7 +112,8 @@ int ds_session_open(ds_session *s, const ds_session_opts *o, ds_err *err)
 {
 	ds_pool_opts po = { .threads = o->threads, .cpus = o->cpus };
 	uint32_t slots = o->slots ? o->slots : 1, train;
-	ds_fwd_opts fo = { .max_batch = slots + 1 > 256 ? slots + 1 : 256 };
+	ds_fwd_opts fo = { .max_batch = slots + 1 > 256 ? slots + 1 : 256,
+			   .ep = o->ep };
 
 	memset(s, 0, sizeof *s);
 	s->turn_end = -1;

@@ -53,6 +53,7 @@ typedef struct ds_session_opts {
 				     error ("-p needs"); NULL: "ds needs" */
 	const char *chat_template;/* a template name that overrides the
 				     model's, or NULL */
+	const ds_fwd_ep *ep;      /* expert parallelism (forward.h), or NULL */
 } ds_session_opts;
 
 #define DS_SESSION_CTX 4096

@@ -12,6 +12,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "dist/dist.h"
 #include "serve_int.h"
 
 static void logf_(const ds_eng *e, const char *fmt, ...)
@@ -42,19 +43,31 @@ static void *driver(void *arg)
 	return NULL;
 }
 
-int ds_eng_load(ds_eng *e, const ds_srv_opts *o, ds_metrics *mt, ds_err *err)
+void ds_srv_session_opts(const ds_srv_opts *o, ds_session_opts *so)
 {
-	ds_session_opts so = {
+	*so = (ds_session_opts){
 		.dir = o->model_dir, .threads = o->threads, .cpus = o->cpus,
 		.load = { .hugepages = o->hugepages }, .ctx_size = o->ctx_size,
 		.slots = o->parallel, .kv_type = DS_KV_F16, .tok = DS_SESS_TOK_NEED,
 		.tok_why = "ds-serve needs",
 	};
+}
 
+int ds_eng_load(ds_eng *e, const ds_srv_opts *o, ds_metrics *mt, ds_err *err)
+{
+	ds_session_opts so;
+
+	ds_srv_session_opts(o, &so);
 	e->o = o;
 	e->metrics = mt;
 	if (o->numa && ds_numa_parse(o->numa, &so.load.numa, err))
 		return -1;
+	/* --mpi: the model split by the caller (ds_dist_model) before the
+	 * server started, when the other ranks did */
+	if (o->dist != NULL) {
+		ds_dist_load_opts(o->dist, &so.load);
+		so.ep = ds_dist_ep(o->dist);
+	}
 	e->have_s = 1;      /* closable whatever the outcome */
 	if (ds_session_open(&e->s, &so, err))
 		return -1;

@@ -200,7 +200,16 @@ typedef struct ds_srv_opts {
 	/* Diagnostics, one line each without newline, from any thread. */
 	void (*log)(void *user, const char *line);
 	void *log_user;
+	/* --mpi: rank 0 of the job (dist.h), the model split over it
+	 * (ds_dist_model) before ds_srv_start; the other ranks follow the
+	 * forward passes; NULL: one process */
+	struct ds_dist *dist;
 } ds_srv_opts;
+
+/* The session the server opens for o (the other ranks of a --mpi job
+ * open the same, without the tokenizer). */
+struct ds_session_opts;
+void ds_srv_session_opts(const ds_srv_opts *o, struct ds_session_opts *so);
 
 /* Listen (the model is not loaded: /health answers 503 "loading"). */
 int ds_srv_start(ds_srv **s, const ds_srv_opts *o, ds_err *err);

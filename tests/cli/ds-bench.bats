@@ -101,7 +101,7 @@ for r in d["rows"]:
 # ---- models: -m DIR and --synthetic ----------------------------------------------------
 
 # The fields every plumbing format has, in order (ds-bench(1)).
-FIELDS=model,synthetic,arch,type,n_layer,model_bytes,active_bytes,params,active_params,isa,hugepages,load_s,threads,n_prompt,n_gen,n_ctx,reps,pp_ts,pp_sd,tg_ts,tg_sd,ms_per_tok,ms_per_tok_sd,ttft_ms,ttft_sd,probe_gbs,probe_best_gbs,decode_gbs,bw_ratio,peak_kind,peak_gops,pp_gops,pp_ratio,rss_peak_mib,kv_mib
+FIELDS=model,synthetic,arch,type,n_layer,model_bytes,active_bytes,params,active_params,isa,hugepages,load_s,threads,n_prompt,n_gen,n_ctx,reps,pp_ts,pp_sd,tg_ts,tg_sd,ms_per_tok,ms_per_tok_sd,ttft_ms,ttft_sd,probe_gbs,probe_best_gbs,decode_gbs,bw_ratio,peak_kind,peak_gops,pp_gops,pp_ratio,rss_peak_mib,kv_mib,ranks,pp_comm_bytes,pp_comm_ms,pp_comm_share,pp_wait_max_ms,tg_comm_bytes,tg_comm_ms,tg_comm_share,tg_wait_max_ms
 
 # A tiny run: 2 rows (p 8,16 x n 4, one thread), 2 repetitions.
 tiny() {

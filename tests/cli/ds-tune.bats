@@ -342,6 +342,79 @@ assert moved[121] == set(range(8, 16))
 	[[ "$output" == "ds-tune: $T/bad: model.meta: format version 3; this build reads version 2"* ]]
 }
 
+# a DeepSeek model with routed experts (the golden V3 fixture: 8 experts)
+moe() {
+	[ -d "$BATS_FILE_TMPDIR/moe" ] ||
+		"${DS_BIN:-bin}"/ds-convert --model-path testdata/golden/ds3 \
+			--output-dir "$BATS_FILE_TMPDIR/moe" --quiet
+	ln -sfn "$BATS_FILE_TMPDIR/moe" "$T/moe"
+}
+
+@test "plan --ranks numa: an MPI job, a rank per node bound to its cores and memory" {
+	tree intel
+	moe
+	run "$DS" plan -m "$T/moe" --ranks numa --root "$T/intel"
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"an MPI job of 2 ranks"* ]]
+	[ "$(val mpi.hostfile.0)" = "localhost slots=2" ]
+	# node 0 has cores 0-3, node 1 cores 4-7 (SMT siblings left out)
+	[ "$(val mpi.rankfile.0)" = "rank 0=localhost slot=0-3" ]
+	[ "$(val mpi.rankfile.1)" = "rank 1=localhost slot=4-7" ]
+	# the fixture was trained at 256 positions (below 4096)
+	[ "$(val mpi.run)" = "mpirun --hostfile ds-hosts --rankfile ds-ranks --mca rmaps_rank_file_physical 1 --mca hwloc_base_mem_alloc_policy local_only -n 2 ds-run --mpi -m $T/moe --hugepages --ctx-size 256" ]
+	[[ "$(val mpi.serve)" == *" -n 2 ds-serve --mpi -m $T/moe --hugepages --ctx-size 256 --host 127.0.0.1 --port 8080" ]]
+	# the shares go to transparent hugepages: no hugetlb pages, no cgroups
+	[[ "$output" != *nr_hugepages* && "$output" != *cgroup* ]]
+	[ "$(val /sys/kernel/mm/transparent_hugepage/enabled)" = madvise ]
+	# a saved plan applies (the job's lines are information)
+	printf '%s\n' "$output" >"$T/plan.txt"
+	run "$DS" apply --plan "$T/plan.txt" --dry-run --root "$T/intel"
+	[ "$status" -eq 0 ]
+}
+
+@test "plan --ranks over --hosts, as JSON; what cannot be had is refused" {
+	tree intel
+	moe
+	run "$DS" plan -m "$T/moe" --ranks 4 --hosts a,b.example --root "$T/intel" --json
+	[ "$status" -eq 0 ]
+	printf '%s' "$output" | $PY -c '
+import json, os, sys
+p = json.load(sys.stdin)
+j = p["mpi"]
+assert j["ranks"] == 4 and j["per_host"] == 2 and j["hosts"] == ["a", "b.example"], j
+meta = json.load(open(sys.argv[1] + "/model.meta"))
+exps = sum(t["size"] for t in meta["tensors"] if t["name"].endswith("_exps"))
+out = [t["size"] for t in meta["tensors"] if t["name"] == "output"][0]
+assert j["shared_bytes"] == os.stat(sys.argv[1] + "/model.bin").st_size - exps
+assert j["rank_exp_bytes"] == exps // 8 * 2 and j["out_bytes"] == out, j
+assert " -n 4 ds-run --mpi " in j["run"]
+assert [i["cpus"] for i in p["instances"]] == ["0-3", "4-7"]
+assert any("every host is taken to be like this one" in n for n in p["notes"])
+' "$T/moe"
+	run "$DS" plan -m "$T/moe" --ranks 4 --hosts a,b --root "$T/intel"
+	[ "$(val mpi.rankfile.3)" = "rank 3=b slot=4-7" ]
+	[ "$(val mpi.hostfile.1)" = "b slots=2" ]
+	run "$DS" plan -m "$T/moe" --ranks 3 --hosts a,b --root "$T/intel"
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"--ranks 3 over 2 hosts: a multiple of the hosts"* ]]
+	run "$DS" plan -m "$T/moe" --ranks 9 --root "$T/intel"
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"more ranks than the model's 8 routed experts"* ]]
+	run "$DS" plan -m "$T/moe" --ranks 2 --hosts 'a;b' --root "$T/intel"
+	[ "$status" -eq 1 ]
+	[[ "$output" == *'"a;b" is not a host name'* ]]
+	llama
+	run "$DS" plan -m "$T/llama" --ranks 2 --root "$T/intel"
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"has none"* ]]
+	run "$DS" plan -m "$T/moe" --ranks 2 --instances 2
+	[ "$status" -eq 2 ]
+	run "$DS" plan -m "$T/moe" --hosts a
+	[ "$status" -eq 2 ]
+	run "$DS" show --ranks 2
+	[ "$status" -eq 2 ]
+}
+
 @test "plan: AMD desktop: one node, no --numa, SMT siblings left out" {
 	tree amd
 	llama

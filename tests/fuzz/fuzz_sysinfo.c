@@ -92,14 +92,25 @@ static void restore(struct saved *s)
 	free(s->old);
 }
 
-static void plan(const ds_sysinfo *si, int inst, int threads)
+/* ranks 0: inst instances of a dense model; else an MPI job of a MoE
+ * model over two hosts */
+static void plan(const ds_sysinfo *si, int inst, int threads, int ranks)
 {
-	ds_tune_model m = { "llama", 8ull << 30, 131072, 4096 };
-	ds_tune_opts o = { "/models/m", inst, threads, 0 };
+	ds_tune_model m = { .arch = "llama", .bytes = 8ull << 30,
+			    .kv_token_bytes = 131072, .n_ctx_train = 4096 };
+	ds_tune_opts o = { .model_dir = "/models/m", .instances = inst,
+			   .threads = threads, .ranks = ranks,
+			   .hosts = ranks ? "a,b" : NULL };
 	ds_tune_plan p;
 	ds_tune_change *c = NULL;
 	ds_err err;
 
+	if (ranks) {
+		snprintf(m.arch, sizeof m.arch, "deepseek2");
+		m.n_expert = 256;
+		m.exp_bytes = 7ull << 30;
+		m.out_bytes = 1ull << 28;
+	}
 	memset(&p, 0, sizeof p);
 	if (ds_tune_plan_make(&p, si, &m, &o, &err) != 0)
 		return;
@@ -121,9 +132,11 @@ static void machine(void)
 	FZ_CHECK(si.n_cpu >= 1);
 	if (ds_tune_advise(&si, &adv, &n, &err) == 0)
 		free(adv);
-	plan(&si, 1, 0);
-	plan(&si, 2, 0);
-	plan(&si, 3, 2);
+	plan(&si, 1, 0, 0);
+	plan(&si, 2, 0, 0);
+	plan(&si, 3, 2, 0);
+	plan(&si, 1, 0, DS_TUNE_RANKS_NUMA);
+	plan(&si, 1, 1, 4);
 	ds_sysinfo_free(&si);
 }
 

@@ -6,11 +6,15 @@
  *   - one batch of a whole prompt vs one token per batch vs chunks;
  *   - several sequences interleaved in one batch vs each alone;
  *   - 1 thread vs 2 (bit-exact), the scalar kernels vs the fastest;
- *   - q8 and f32 caches vs f16, and the batch rules' errors.
+ *   - q8 and f32 caches vs f16, and the batch rules' errors;
+ *   - expert parallelism: parts (threads here, MPI ranks in ds-run
+ *     --mpi) each holding a range of the routed experts vs one process,
+ *     bit-exact.
  * Agreement with the PyTorch reference is tests/cli/ds-run.bats' part
  * (the golden logits).
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,19 +26,20 @@
 static uint64_t seed;
 static char dir[64];
 
-typedef struct tm {
+typedef struct fwd_tm {
 	ds_model m;
 	ds_pool *pool;
 	ds_fwd *f;
 	ds_kvcache kv;
 } tm;
 
-/* Reopen the model written last (same weights) with these settings. */
-static int tm_reopen(tm *t, int threads, uint32_t slots, uint32_t ctx,
-		     enum ds_kvtype kt)
+/* Reopen the model written last (same weights) with these settings, as
+ * one part of an expert-parallel group when ep is not NULL. */
+static int tm_reopen_ep(tm *t, int threads, uint32_t slots, uint32_t ctx,
+			enum ds_kvtype kt, const ds_fwd_ep *ep)
 {
 	ds_pool_opts po = { threads, NULL, 0 };
-	ds_fwd_opts fo = { 64 };
+	ds_fwd_opts fo = { .max_batch = 64, .ep = ep };
 	ds_err err;
 
 	memset(t, 0, sizeof *t);
@@ -46,6 +51,12 @@ static int tm_reopen(tm *t, int threads, uint32_t slots, uint32_t ctx,
 		return -1;
 	}
 	return 0;
+}
+
+static int tm_reopen(tm *t, int threads, uint32_t slots, uint32_t ctx,
+		     enum ds_kvtype kt)
+{
+	return tm_reopen_ep(t, threads, slots, ctx, kt, NULL);
 }
 
 /* A fresh random model of config cfg and matrix type `type`. */
@@ -545,6 +556,132 @@ static void test_batch_rules(void)
 	tm_close(&t);
 }
 
+/* ---- expert parallelism, parts as threads of this process ---------------- */
+
+#define EP_MAX 4
+
+typedef struct ep_world {
+	pthread_barrier_t bar;
+	float *stage;               /* every part's rows */
+	uint32_t first[EP_MAX + 1];
+	const int32_t *ids;
+	size_t n;
+} ep_world;
+
+typedef struct ep_part {
+	ep_world *w;
+	ds_fwd_ep ep;
+	tm t;
+	float *lg;
+	int rc;
+} ep_part;
+
+/* Each part's rows through the stage: written, then everyone reads all. */
+static void ep_exchange(void *arg, float *buf, size_t width, const int *cnt,
+			const int *off)
+{
+	ep_part *p = arg;
+	uint32_t me = p->ep.part, last = p->ep.n_part - 1;
+	size_t rows = (size_t)(off[last] + cnt[last]);
+
+	memcpy(p->w->stage + (size_t)off[me] * width, buf + (size_t)off[me] * width,
+	       (size_t)cnt[me] * width * sizeof *buf);
+	pthread_barrier_wait(&p->w->bar);
+	memcpy(buf, p->w->stage, rows * width * sizeof *buf);
+	pthread_barrier_wait(&p->w->bar);
+}
+
+/* A part's run: the prompt in chunks of 9 (prefill and a decode-sized
+ * last chunk), all logits. */
+static void *ep_main(void *arg)
+{
+	ep_part *p = arg;
+
+	p->rc = feed(&p->t, 0, p->w->ids, p->w->n, 9, p->lg);
+	return NULL;
+}
+
+/* A part's weights: all but the other parts' experts. */
+static int share_ok(const tm *t, uint32_t here)
+{
+	uint64_t exps = 0;
+	ds_fwd_info fi;
+	size_t i;
+
+	for (i = 0; i < t->m.n_tensors; i++)
+		if (strstr(t->m.tensors[i].name, "_exps") != NULL)
+			exps += t->m.tensors[i].size;
+	ds_fwd_get_info(t->f, &fi);
+	return fi.share_bytes == fi.weight_bytes - exps / 8 * (8 - here);
+}
+
+/* The logits of parts of one model, each holding a range of the routed
+ * experts (two, three, four parts; uneven, one of them empty), equal one
+ * process's bit for bit, as do those of one part holding every expert. */
+static void test_ep(void)
+{
+	static const uint32_t splits[5][EP_MAX + 1] = {
+		{ 0, 8 }, { 0, 4, 8 }, { 0, 3, 6, 8 }, { 0, 1, 1, 7, 8 }, { 0, 7, 8 },
+	};
+	static const uint32_t nparts[5] = { 1, 2, 3, 4, 2 };
+	size_t ci, si, n = 30, V, q;
+	int32_t ids[30];
+
+	for (ci = 2; ci < 4; ci++) {
+		tm one;
+		float *ref;
+
+		if (tm_open(&one, cfgs[ci], types[ci], 1, 1, 64, DS_KV_F16)) {
+			T_CHECK(0);
+			continue;
+		}
+		V = one.m.hp.n_vocab;
+		ref = malloc(n * V * sizeof *ref);
+		rand_ids(ids, n, (uint32_t)V);
+		T_CHECK(feed(&one, 0, ids, n, 9, ref) == 0);
+		for (si = 0; si < 5; si++) {
+			ep_world w = { .ids = ids, .n = n };
+			ep_part parts[EP_MAX];
+			pthread_t th[EP_MAX];
+			uint32_t np = nparts[si];
+			int bad = 0;
+
+			memcpy(w.first, splits[si], sizeof w.first);
+			w.stage = malloc(64 * 8 * 128 * sizeof *w.stage);
+			pthread_barrier_init(&w.bar, NULL, np);
+			for (q = 0; q < np; q++) {
+				ep_part *p = &parts[q];
+
+				p->w = &w;
+				p->ep = (ds_fwd_ep){ .n_part = np, .part = (uint32_t)q,
+						     .first = w.first, .exchange = ep_exchange,
+						     .arg = p };
+				p->lg = malloc(n * V * sizeof *p->lg);
+				bad += tm_reopen_ep(&p->t, 1, 1, 64, DS_KV_F16, &p->ep) != 0;
+				if (bad == 0)
+					bad += !share_ok(&p->t, w.first[q + 1] - w.first[q]);
+			}
+			for (q = 0; q < np && !bad; q++)
+				pthread_create(&th[q], NULL, ep_main, &parts[q]);
+			for (q = 0; q < np && !bad; q++) {
+				pthread_join(th[q], NULL);
+				bad += parts[q].rc != 0 ||
+				       memcmp(parts[q].lg, ref, n * V * sizeof *ref) != 0;
+			}
+			T_CHECKF(bad == 0, "%s %s, %u parts (split %zu): %d differ",
+				 cfg_names[ci], types[ci], np, si, bad);
+			for (q = 0; q < np; q++) {
+				tm_close(&parts[q].t);
+				free(parts[q].lg);
+			}
+			pthread_barrier_destroy(&w.bar);
+			free(w.stage);
+		}
+		free(ref);
+		tm_close(&one);
+	}
+}
+
 /* What a forward reports about itself. */
 static void test_info(void)
 {
@@ -579,6 +716,7 @@ int main(void)
 	T_RUN(test_cache_types);
 	T_RUN(test_batch_rules);
 	T_RUN(test_info);
+	T_RUN(test_ep);
 	ds_remove_tree(dir);
 	return t_done();
 }

@@ -454,6 +454,97 @@ static void test_moe(void)
 			}
 }
 
+/* y[t] += w x[r] for token t's assignments in ascending expert order:
+ * how the forward adds the rows of ds_moe_part (model/ep.c). */
+static void add_rows(const ds_kernels *K, const float *rows, const int32_t *ids,
+		     const float *w, size_t t, size_t used, size_t k, float *y)
+{
+	size_t i, j, a, b;
+
+	for (i = 0; i < t; i++) {
+		size_t ord[8];
+
+		for (j = 0; j < used; j++)
+			ord[j] = i * used + j;
+		for (a = 1; a < used; a++)
+			for (b = a; b > 0 && ids[ord[b - 1]] > ids[ord[b]]; b--) {
+				size_t s = ord[b];
+
+				ord[b] = ord[b - 1];
+				ord[b - 1] = s;
+			}
+		for (j = 0; j < used; j++)
+			K->axpy(w[ord[j]], rows + ord[j] * k, k, y + i * k);
+	}
+}
+
+/* Expert parallelism's op: the experts split in ranges (one, three equal,
+ * uneven with an empty one), each range's unweighted rows written where
+ * dst says and no others, then weighed and added in expert order: ds_moe's
+ * result bit for bit, whatever the split, the threads or the chunks
+ * (61 tokens are two chunks of max_rows 40). */
+static void test_moe_part(void)
+{
+	static const uint32_t splits[4][5] = {
+		{ 0, 6 }, { 0, 2, 4, 6 }, { 0, 1, 5, 5, 6 }, { 0, 3, 6 },
+	};
+	static const int nsplit[4] = { 1, 3, 4, 2 };
+	size_t ne = 6, used = 3, k = 64, ffs[2] = { 40, 280 }, fi, t, i, s;
+	int ti, p, q;
+
+	for (fi = 0; fi < 2; fi++)
+	for (ti = 0; ti < (int)NTYPES; ti++)
+		for (t = 1; t <= 61; t += t == 1 ? 20 : 40) {
+			const size_t ff = ffs[fi];
+			tmat g, u, d;
+			float *x = rnd(t * k, 2), *y0 = rnd(t * k, 1), *y1 = malloc(t * k * 4);
+			float *y2 = malloc(t * k * 4), *w = malloc(t * used * 4);
+			float *rows = malloc(t * used * k * 4), *back = malloc(t * used * k * 4);
+			int32_t *ids = malloc(t * used * 4), *dst = malloc(t * used * 4);
+
+			tmat_init(&g, types[ti], ne, ff, k, ti == 0);
+			tmat_init(&u, types[ti], ne, ff, k, ti == 0);
+			tmat_init(&d, types[(ti + 1) % NTYPES], ne, k, ff, 0);
+			for (i = 0; i < t * used; i++) {
+				ids[i] = (int32_t)((i / used + 2 * (i % used)) % 5);
+				w[i] = 0.2f + 0.3f * (float)(i % used);
+				dst[i] = (int32_t)(t * used - 1 - i);   /* reversed */
+			}
+			for (p = 0; p < 2; p++) {
+				memcpy(y1, y0, t * k * 4);
+				ds_moe(&ctxs[p], &g.m, &u.m, &d.m, x, 0, t, ids, w, used, y1, 0);
+				for (s = 0; s < 4; s++) {
+					int bad = 0;
+
+					memset(rows, 0xff, t * used * k * 4);   /* NaNs */
+					for (q = 0; q < nsplit[s]; q++) {
+						uint32_t e0 = splits[s][q], e1 = splits[s][q + 1];
+
+						ds_moe_part(&ctxs[p], &g.m, &u.m, &d.m, x, 0, t, ids,
+							    used, e0, e1, dst, rows, 0);
+						for (i = 0; i < t * used; i++) {
+							const float *r = rows + (size_t)dst[i] * k;
+							int done = (uint32_t)ids[i] < e1;
+
+							bad += done == isnan(r[0]) || done == isnan(r[k - 1]);
+						}
+					}
+					/* back in assignment order, then added */
+					for (i = 0; i < t * used; i++)
+						memcpy(back + i * k, rows + (size_t)dst[i] * k, k * 4);
+					memcpy(y2, y0, t * k * 4);
+					add_rows(ctxs[p].kern, back, ids, w, t, used, k, y2);
+					T_CHECKF(bad == 0 && same(y1, y2, t * k),
+						 "ff %zu type %d t=%zu threads %d split %zu: %d rows "
+						 "written wrongly", ff, ti, t, p + 1, s, bad);
+				}
+			}
+			tmat_free(&g); tmat_free(&u); tmat_free(&d);
+			free(x); free(y0); free(y1); free(y2); free(w); free(rows); free(back);
+			free(ids); free(dst);
+		}
+}
+
 /* Blocks of activation rows (the op layer's cache blocking: with this k,
  * 12 to 24 rows per block) and tiles change no value: all 40 rows at
  * once equal each row alone. */
@@ -1137,6 +1228,7 @@ int main(void)
 	T_RUN(test_ffn);
 	T_RUN(test_ffn_chunks);
 	T_RUN(test_moe);
+	T_RUN(test_moe_part);
 	T_RUN(test_blocks);
 	T_RUN(test_heads);
 	T_RUN(test_attention);

@@ -1,7 +1,9 @@
-/* model.c - the two numbers a plan needs from a model directory: the
- * bytes ds-run --hugepages copies (model.bin) and the KV-cache bytes per
- * token.  The model is opened with the loader (modelfile.h), so a plan is
- * only made for a directory ds-run would load. */
+/* model.c - the numbers a plan needs from a model directory: the bytes
+ * ds-run --hugepages copies (model.bin), the KV-cache bytes per token,
+ * and for an MPI job the routed experts' bytes (split over the ranks)
+ * and the output projection's (rank 0's alone).  The model is opened
+ * with the loader (modelfile.h), so a plan is only made for a directory
+ * ds-run would load. */
 #include <string.h>
 
 #include "format/modelfile.h"
@@ -28,6 +30,16 @@ int ds_tune_model_read(const char *dir, ds_tune_model *m, ds_err *err)
 	snprintf(m->arch, sizeof m->arch, "%s", ds_arch_name(md.hp.arch));
 	m->bytes = md.bin.size;
 	m->n_ctx_train = md.hp.n_ctx_train;
+	m->n_expert = md.hp.n_expert;
+	for (size_t i = 0; i < md.n_tensors; i++) {
+		const ds_tensor *t = &md.tensors[i];
+		size_t n = strlen(t->name);
+
+		if (t->ndim == 3 && n > 5 && strcmp(t->name + n - 5, "_exps") == 0)
+			m->exp_bytes += t->size;
+		else if (strcmp(t->name, "output") == 0)
+			m->out_bytes = t->size;
+	}
 	/* f16 values: 2 bytes each */
 	if (ds_mul_u64(kv_values(&md.hp), md.hp.n_layer, &v) != 0 ||
 	    ds_mul_u64(v, 2, &m->kv_token_bytes) != 0)

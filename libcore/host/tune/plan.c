@@ -328,7 +328,8 @@ static int plan_memory(ds_tune_plan *p, const ds_sysinfo *si, ds_err *err)
 	const char *thp = "/sys/kernel/mm/transparent_hugepage/";
 	char path[96];
 
-	if (plan_hugepages(p, si, err) != 0)
+	/* an MPI job's ranks copy their share into transparent hugepages */
+	if (p->mpi.ranks == 0 && plan_hugepages(p, si, err) != 0)
 		return -1;
 	snprintf(path, sizeof path, "%senabled", thp);
 	if (si->thp_enabled[0] != '\0' && strcmp(si->thp_enabled, "madvise") &&
@@ -618,6 +619,155 @@ static int commands(ds_tune_plan *p, const ds_sysinfo *si, ds_err *err)
 	return 0;
 }
 
+/* ---- an MPI job (ds-run --mpi) ------------------------------------------------------- */
+
+static int host_ok(const char *h, size_t n)
+{
+	if (n == 0 || n > 255)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+			    "0123456789.-_:", h[i]))
+			return 0;
+	return 1;
+}
+
+/* The hosts of the comma-separated list (NULL: "localhost"). */
+static int mpi_hosts(ds_tune_mpi *j, const char *list, ds_err *err)
+{
+	const char *s = list ? list : "localhost";
+
+	while (*s) {
+		size_t n = strcspn(s, ",");
+		char **nv;
+
+		if (!host_ok(s, n))
+			return ds_errf(err, "--hosts: \"%.*s\" is not a host name",
+				       (int)(n < 64 ? n : 64), s);
+		if (j->n_hosts == DS_CPU_MAX)
+			return ds_errf(err, "--hosts: more than %d hosts", DS_CPU_MAX);
+		nv = realloc(j->hosts, (size_t)(j->n_hosts + 1) * sizeof *nv);
+		if (nv == NULL || (nv[j->n_hosts] = strndup(s, n)) == NULL) {
+			j->hosts = nv ? nv : j->hosts;
+			return ds_errf(err, "plan: out of memory");
+		}
+		j->hosts = nv;
+		j->n_hosts++;
+		s += n + (s[n] == ',');
+	}
+	return j->n_hosts ? 0 : ds_errf(err, "--hosts: no host named");
+}
+
+/* Ranks per host, and what each holds: the shared weights, and at most
+ * ceil(n_expert / ranks) experts (ds_ep_range's split). */
+static int mpi_sizes(ds_tune_plan *p, const ds_sysinfo *si,
+		     const ds_tune_model *m, const ds_tune_opts *o, ds_err *err)
+{
+	ds_tune_mpi *j = &p->mpi;
+	int nodes = 0;
+
+	for (int i = 0; i < si->n_nodes; i++)
+		nodes += !ds_cpuset_empty(&si->nodes[i].cpus);
+	j->ranks = o->ranks == DS_TUNE_RANKS_NUMA ? (nodes ? nodes : 1) * j->n_hosts
+						  : o->ranks;
+	if (j->ranks < 1 || j->ranks % j->n_hosts != 0)
+		return ds_errf(err, "--ranks %d over %d hosts: a multiple of the "
+			       "hosts", j->ranks, j->n_hosts);
+	j->per_host = j->ranks / j->n_hosts;
+	if (m->n_expert == 0 || m->exp_bytes == 0)
+		return ds_errf(err, "--ranks: the ranks split a MoE model's routed "
+			       "experts; %s has none", p->model_dir);
+	if ((uint32_t)j->ranks > m->n_expert)
+		return ds_errf(err, "--ranks %d: more ranks than the model's %u "
+			       "routed experts", j->ranks, m->n_expert);
+	j->shared_bytes = m->bytes - m->exp_bytes;
+	j->rank_exp_bytes = m->exp_bytes / m->n_expert *
+			    ((m->n_expert + (uint32_t)j->ranks - 1) / (uint32_t)j->ranks);
+	p->pages = 0;
+	return 0;
+}
+
+/* Whether a rank's share and cache fit the memory of the nodes it runs
+ * on; a note when they do not. */
+static int mpi_fit(ds_tune_plan *p, const ds_sysinfo *si, ds_err *err)
+{
+	const ds_tune_mpi *j = &p->mpi;
+	uint64_t need = j->shared_bytes + j->rank_exp_bytes + p->kv_bytes;
+
+	for (int k = 0; k < p->n_inst; k++) {
+		int64_t kb = 0;
+
+		for (int id = ds_cpuset_next(&p->inst[k].nodes, -1); id >= 0;
+		     id = ds_cpuset_next(&p->inst[k].nodes, id)) {
+			int i = node_index(si, id);
+
+			kb += i >= 0 && si->nodes[i].mem_total_kb > 0 ? si->nodes[i].mem_total_kb : 0;
+		}
+		if (kb > 0 && need > (uint64_t)kb * 1024 &&
+		    note_add(p, err, "rank %d of each host: its %llu MiB of weights "
+			     "and cache exceed the %lld MiB of its node%s: more "
+			     "ranks, or more hosts", k,
+			     (unsigned long long)(need >> 20), (long long)kb / 1024,
+			     ds_cpuset_count(&p->inst[k].nodes) == 1 ? "" : "s") != 0)
+			return -1;
+	}
+	return 0;
+}
+
+/* The mpirun line: the ranks where the hostfile and the rankfile put
+ * them (each bound to its CPUs, its memory on its node), all with the
+ * same command (it takes every CPU its rank is bound to). */
+static char *mpi_line(const ds_tune_plan *p, const char *prog, const char *dir,
+		      const char *extra)
+{
+	char *s;
+
+	if (asprintf(&s, "mpirun --hostfile ds-hosts --rankfile ds-ranks --mca "
+		     "rmaps_rank_file_physical 1 --mca hwloc_base_mem_alloc_policy "
+		     "local_only -n %d %s --mpi -m %s --hugepages --ctx-size %d%s",
+		     p->mpi.ranks, prog, dir, p->ctx_size, extra) < 0)
+		return NULL;
+	return s;
+}
+
+static int mpi_commands(ds_tune_plan *p, ds_err *err)
+{
+	char *dir = shell_word(p->model_dir);
+
+	if (dir == NULL)
+		return ds_errf(err, "plan: out of memory");
+	p->mpi.run = mpi_line(p, "ds-run", dir, "");
+	p->mpi.serve = mpi_line(p, "ds-serve", dir, " --host 127.0.0.1 --port 8080");
+	free(dir);
+	if (p->mpi.run == NULL || p->mpi.serve == NULL)
+		return ds_errf(err, "plan: out of memory");
+	return 0;
+}
+
+/* The job: each host's ranks placed as instances, their settings, the
+ * mpirun lines.  No hugetlb pages (the shares go to transparent
+ * hugepages) and no cgroups (mpirun starts the ranks). */
+static int plan_mpi(ds_tune_plan *p, const ds_sysinfo *si,
+		    const ds_tune_model *m, const ds_tune_opts *o, ds_err *err)
+{
+	if (mpi_hosts(&p->mpi, o->hosts, err) != 0 ||
+	    mpi_sizes(p, si, m, o, err) != 0)
+		return -1;
+	p->inst = ds_calloc((size_t)p->mpi.per_host, sizeof *p->inst, err);
+	if (p->inst == NULL)
+		return -1;
+	p->n_inst = p->mpi.per_host;
+	if (place(p, si, o->threads, err) != 0 || plan_memory(p, si, err) != 0 ||
+	    plan_cpufreq(p, si, err) != 0 || plan_irqs(p, si, err) != 0 ||
+	    mpi_fit(p, si, err) != 0 || mpi_commands(p, err) != 0)
+		return -1;
+	if (p->mpi.n_hosts > 1)
+		return note_add(p, err, "every host is taken to be like this one "
+				"(its nodes, cores and memory): run ds-tune plan "
+				"on each to check");
+	return 0;
+}
+
 /* ---- all of it ------------------------------------------------------------------------ */
 
 static int sizes(ds_tune_plan *p, const ds_tune_model *m,
@@ -651,6 +801,13 @@ int ds_tune_plan_make(ds_tune_plan *p, const ds_sysinfo *si,
 		return ds_errf(err, "plan: bad instances, threads or ctx-size");
 	if (sizes(p, m, o, err) != 0)
 		return -1;
+	if (o->ranks != 0) {
+		if (plan_mpi(p, si, m, o, err) != 0) {
+			ds_tune_plan_free(p);
+			return -1;
+		}
+		return 0;
+	}
 	p->inst = ds_calloc((size_t)o->instances, sizeof *p->inst, err);
 	if (p->inst == NULL)
 		return -1;
@@ -677,6 +834,11 @@ void ds_tune_plan_free(ds_tune_plan *p)
 	}
 	for (int i = 0; i < p->n_notes; i++)
 		free(p->notes[i]);
+	for (int i = 0; i < p->mpi.n_hosts; i++)
+		free(p->mpi.hosts[i]);
+	free(p->mpi.hosts);
+	free(p->mpi.run);
+	free(p->mpi.serve);
 	free(p->act);
 	free(p->inst);
 	free(p->notes);

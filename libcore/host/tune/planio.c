@@ -19,10 +19,16 @@ static double mib(uint64_t b)
 
 static void text_header(FILE *f, const ds_tune_plan *p)
 {
-	fprintf(f, "# ds-tune plan for %s (%s): model %.1f MiB, KV cache %.1f "
-		"MiB at --ctx-size %d, %d instance%s\n", p->model_dir,
-		p->model.arch, mib(p->model.bytes), mib(p->kv_bytes),
-		p->ctx_size, p->n_inst, p->n_inst == 1 ? "" : "s");
+	if (p->mpi.ranks > 0)
+		fprintf(f, "# ds-tune plan for %s (%s): model %.1f MiB, KV cache %.1f "
+			"MiB at --ctx-size %d, an MPI job of %d ranks\n",
+			p->model_dir, p->model.arch, mib(p->model.bytes),
+			mib(p->kv_bytes), p->ctx_size, p->mpi.ranks);
+	else
+		fprintf(f, "# ds-tune plan for %s (%s): model %.1f MiB, KV cache %.1f "
+			"MiB at --ctx-size %d, %d instance%s\n", p->model_dir,
+			p->model.arch, mib(p->model.bytes), mib(p->kv_bytes),
+			p->ctx_size, p->n_inst, p->n_inst == 1 ? "" : "s");
 	if (p->pages > 0)
 		fprintf(f, "# huge pages: %llu of 2 MiB per instance (model + "
 			"KV cache)\n", (unsigned long long)p->pages);
@@ -47,10 +53,50 @@ static void text_actions(FILE *f, const ds_tune_plan *p)
 	}
 }
 
+/* The MPI job: its hostfile, each rank's CPUs and node, the lines. */
+static void text_mpi(FILE *f, const ds_tune_plan *p)
+{
+	const ds_tune_mpi *j = &p->mpi;
+	char cpus[DS_CPULIST_MAX], nodes[DS_CPULIST_MAX];
+
+	fprintf(f, "# MPI job (ds-run(1) --mpi): %d ranks, %d on each of %d "
+		"host%s; each rank holds %.1f MiB of shared weights and at most "
+		"%.1f MiB of the routed experts (rank 0 also the output, %.1f "
+		"MiB), copied into transparent hugepages of its node, and a KV "
+		"cache of %.1f MiB\n", j->ranks, j->per_host, j->n_hosts,
+		j->n_hosts == 1 ? "" : "s", mib(j->shared_bytes),
+		mib(j->rank_exp_bytes), mib(p->model.out_bytes), mib(p->kv_bytes));
+	fprintf(f, "# save the mpi.hostfile.N values as the file ds-hosts and the "
+		"mpi.rankfile.N values as ds-ranks, one per line; then every "
+		"rank runs the mpi.run line, its options added at the end\n");
+	for (int h = 0; h < j->n_hosts; h++)
+		fprintf(f, "mpi.hostfile.%d = %s slots=%d\n", h, j->hosts[h],
+			j->per_host);
+	for (int h = 0; h < j->n_hosts; h++)
+		for (int k = 0; k < p->n_inst; k++) {
+			int r = h * j->per_host + k;
+
+			fprintf(f, "# rank %d: %s, CPUs %s (%d physical cores), "
+				"node%s %s\n", r, j->hosts[h],
+				ds_cpuset_format(&p->inst[k].cpus, cpus),
+				ds_cpuset_count(&p->inst[k].cpus),
+				ds_cpuset_count(&p->inst[k].nodes) == 1 ? "" : "s",
+				ds_cpuset_format(&p->inst[k].nodes, nodes));
+			fprintf(f, "mpi.rankfile.%d = rank %d=%s slot=%s\n", r, r,
+				j->hosts[h], cpus);
+		}
+	fprintf(f, "mpi.run = %s\n", j->run);
+	fprintf(f, "mpi.serve = %s\n", j->serve);
+}
+
 static void text_instances(FILE *f, const ds_tune_plan *p)
 {
 	char cpus[DS_CPULIST_MAX], nodes[DS_CPULIST_MAX];
 
+	if (p->mpi.ranks > 0) {
+		text_mpi(f, p);
+		return;
+	}
 	if (p->n_inst > 0 && p->inst[0].cgroup[0] != '\0')
 		fprintf(f, "# start each instance inside its cgroup: sh -c "
 			"'echo $$ > CGROUP/cgroup.procs && exec COMMAND'\n");
@@ -106,7 +152,7 @@ static json_t *json_instances(const ds_tune_plan *p)
 		const ds_tune_instance *in = &p->inst[k];
 
 		if (json_array_append_new(a, json_pack(
-			"{s:i, s:s, s:s, s:i, s:I, s:s?, s:s, s:s}",
+			"{s:i, s:s, s:s, s:i, s:I, s:s?, s:s?, s:s?}",
 			"index", k, "cpus", ds_cpuset_format(&in->cpus, cpus),
 			"nodes", ds_cpuset_format(&in->nodes, nodes),
 			"threads", ds_cpuset_count(&in->cpus),
@@ -120,6 +166,26 @@ static json_t *json_instances(const ds_tune_plan *p)
 	return a;
 }
 
+/* The MPI job, or null. */
+static json_t *json_mpi(const ds_tune_plan *p)
+{
+	const ds_tune_mpi *j = &p->mpi;
+	json_t *hosts = json_array();
+
+	if (j->ranks == 0) {
+		json_decref(hosts);
+		return json_null();
+	}
+	for (int h = 0; hosts != NULL && h < j->n_hosts; h++)
+		json_array_append_new(hosts, json_string(j->hosts[h]));
+	return json_pack("{s:i, s:i, s:o, s:I, s:I, s:I, s:s, s:s}", "ranks",
+			 j->ranks, "per_host", j->per_host, "hosts", hosts,
+			 "shared_bytes", (json_int_t)j->shared_bytes,
+			 "rank_exp_bytes", (json_int_t)j->rank_exp_bytes,
+			 "out_bytes", (json_int_t)p->model.out_bytes,
+			 "run", j->run, "serve", j->serve);
+}
+
 static char *plan_json(const ds_tune_plan *p, ds_err *err)
 {
 	json_t *notes = json_array(), *root;
@@ -128,7 +194,7 @@ static char *plan_json(const ds_tune_plan *p, ds_err *err)
 	for (int i = 0; notes != NULL && i < p->n_notes; i++)
 		json_array_append_new(notes, json_string(p->notes[i]));
 	root = json_pack("{s:s, s:i, s:{s:s, s:s, s:I, s:I, s:i, s:I}, s:i, "
-			 "s:I, s:o, s:o, s:o}",
+			 "s:I, s:o, s:o, s:o, s:o}",
 			 "format", "ds-tune-plan", "version", 1,
 			 "model", "dir", p->model_dir, "arch", p->model.arch,
 			 "bytes", (json_int_t)p->model.bytes,
@@ -138,7 +204,8 @@ static char *plan_json(const ds_tune_plan *p, ds_err *err)
 			 "hugepage_kb", 2048,
 			 "hugepages_per_instance", (json_int_t)p->pages,
 			 "actions", json_actions(p),
-			 "instances", json_instances(p), "notes", notes);
+			 "instances", json_instances(p), "notes", notes,
+			 "mpi", json_mpi(p));
 	s = root != NULL ? json_dumps(root, JSON_INDENT(2)) : NULL;
 	json_decref(root);
 	if (s == NULL)
@@ -226,12 +293,15 @@ static char *trim(char *s)
 	return s;
 }
 
-/* run.N, serve.N, cgroup.N: what the instances are; apply needs none. */
+/* run.N, serve.N, cgroup.N, mpi.*: what the instances or the MPI job
+ * are; apply needs none. */
 static int info_key(const char *k)
 {
 	const char *dot = strchr(k, '.');
 	size_t n = dot != NULL ? (size_t)(dot - k) : 0;
 
+	if (n == 3 && strncmp(k, "mpi", 3) == 0 && dot[1] != '\0')
+		return 1;
 	if (dot == NULL || dot[1] == '\0' ||
 	    !((n == 3 && !strncmp(k, "run", 3)) ||
 	      (n == 5 && !strncmp(k, "serve", 5)) ||

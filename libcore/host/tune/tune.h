@@ -23,6 +23,9 @@ typedef struct ds_tune_model {
 	uint64_t bytes;           /* model.bin: what --hugepages copies */
 	uint64_t kv_token_bytes;  /* KV cache per token, f16, all layers */
 	uint32_t n_ctx_train;
+	uint32_t n_expert;        /* routed experts (0: a dense model) */
+	uint64_t exp_bytes;       /* the routed experts' tensors (*_exps) */
+	uint64_t out_bytes;       /* the output projection (rank 0's alone) */
 } ds_tune_model;
 
 /* Read DIR/model.meta (ds-model(5)) and the size of DIR/model.bin.
@@ -69,7 +72,25 @@ typedef struct ds_tune_opts {
 	int instances;      /* >= 1 */
 	int threads;        /* per instance; 0: all the cores it gets */
 	int ctx_size;       /* 0: min(n_ctx_train, 4096), as ds-run */
+	/* An MPI job (ds-run --mpi) instead of instances: ranks in all
+	 * (DS_TUNE_RANKS_NUMA: one per NUMA node of each host), over the
+	 * hosts of a comma-separated list (NULL: this one, "localhost"),
+	 * each taken to be like this one; 0: no job. */
+	int ranks;
+	const char *hosts;
 } ds_tune_opts;
+
+#define DS_TUNE_RANKS_NUMA (-1)
+
+/* The MPI job of a plan with ranks: the ranks of each host are the
+ * plan's instances, on every host alike. */
+typedef struct ds_tune_mpi {
+	int ranks, per_host, n_hosts;
+	char **hosts;
+	uint64_t shared_bytes;    /* weights every rank holds */
+	uint64_t rank_exp_bytes;  /* the most experts' bytes a rank holds */
+	char *run, *serve;        /* the mpirun command lines */
+} ds_tune_mpi;
 
 typedef struct ds_tune_plan {
 	ds_tune_model model;
@@ -83,6 +104,7 @@ typedef struct ds_tune_plan {
 	ds_tune_instance *inst;
 	int n_notes;
 	char **notes;             /* what could not be planned, and why */
+	ds_tune_mpi mpi;          /* ranks 0: no job */
 } ds_tune_plan;
 
 /* The settings to run the model of `m` on `si`, as opts ask.  Only
