@@ -223,26 +223,53 @@ static int cut(ds_sampler *s, int n, float *prob)
 	return keep;
 }
 
-int32_t ds_sampler_sample(ds_sampler *s, float *logits)
+/* The sampling chain up to the draw: the surviving candidates in
+ * s->cand[0..n) best first, each .logit replaced by its weight
+ * exp((l - l_max) / temp), *sum their sum.  temp > 0. */
+static int weights(ds_sampler *s, const float *logits, double *sum)
 {
 	struct ds_cand *c = s->cand;
-	double sum = 0, u, acc = 0;
+	float top;
 	int n, i;
+
+	n = select_top(s, logits, s->p.top_k);
+	n = cut(s, n, s->prob);
+	/* relative to the best logit, read before the loop rewrites it */
+	top = c[0].logit;
+	*sum = 0;
+	for (i = 0; i < n; i++) {
+		c[i].logit = expf((c[i].logit - top) / s->p.temp);
+		*sum += c[i].logit;
+	}
+	return n;
+}
+
+/* The candidate that u (in [0, sum)) falls on, skipping id `skip`. */
+static int32_t draw(const ds_sampler *s, int n, double u, int32_t skip)
+{
+	const struct ds_cand *c = s->cand;
+	double acc = 0;
+	int i, last = -1;
+
+	for (i = 0; i < n; i++) {
+		if (c[i].id == skip)
+			continue;
+		acc += c[i].logit;
+		last = i;
+		if (u < acc)
+			return c[i].id;
+	}
+	return last >= 0 ? c[last].id : c[0].id;
+}
+
+int32_t ds_sampler_sample(ds_sampler *s, float *logits)
+{
+	double sum;
+	int n;
 
 	penalize(s, logits);
 	if (s->p.temp <= 0.0f)
 		return ds_argmax(logits, s->n_vocab);
-	n = select_top(s, logits, s->p.top_k);
-	n = cut(s, n, s->prob);
-	for (i = 0; i < n; i++) {
-		c[i].logit = expf((c[i].logit - c[0].logit) / s->p.temp);
-		sum += c[i].logit;
-	}
-	u = ds_sampler_uniform(s) * sum;
-	for (i = 0; i < n; i++) {
-		acc += c[i].logit;
-		if (u < acc)
-			return c[i].id;
-	}
-	return c[n - 1].id;
+	n = weights(s, logits, &sum);
+	return draw(s, n, ds_sampler_uniform(s) * sum, -1);
 }
