@@ -1,0 +1,314 @@
+/*
+ * draft.c - drafts from a second, smaller model of the same vocabulary
+ * (drafter.h), e.g. R1-Distill-Qwen-1.5B for the 7B, 14B and 32B.
+ *
+ * The draft model keeps a cache of its own, one slot per target slot.
+ * Each call first feeds it what it lacks of a drafting sequence (the
+ * positions past the longest prefix it holds that is still the
+ * sequence: drafts it fed that the target rejected are overwritten),
+ * the unfed last token included, whose logits give the first draft; then
+ * k - 1 rounds of one entry per sequence, each draft fed to give the
+ * next.  All drafting sequences share each pass.
+ *
+ * A greedy request gets the draft model's argmax (under the request's
+ * repetition penalty); a sampled one a token drawn from the draft model's
+ * distribution under the request's chain, which is then the q of the
+ * acceptance rule.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "drafter.h"
+#include "tokenizer/tokenizer.h"
+
+typedef struct dslot {
+	ds_sampler smp;           /* the request's chain without its penalty */
+	int have_smp;
+	ds_tokprob *q;            /* [DS_SPEC_MAX_K][n_vocab] sampled drafts'
+				     distributions, NULL until needed */
+} dslot;
+
+typedef struct dmodel {
+	ds_drafter base;
+	ds_model m;
+	ds_placement pl;
+	int have_m, have_kv;
+	ds_fwd *f;
+	ds_kvcache kv;
+	uint32_t n_vocab, target_vocab, max_batch;
+	int32_t *tok, *pos, *seq;
+	uint8_t *want;
+	ds_spec_seq **owner;      /* [max_batch] the sequence of a wanted row */
+	dslot *slots;
+} dmodel;
+
+/* ---- picking a draft ---------------------------------------------------------------- */
+
+static double uniform(uint64_t *g)
+{
+	return (double)(ds_xorshift64s(g) >> 11) * 0x1p-53;
+}
+
+/* A sampled draft: the request's chain (penalty done) over the logits,
+ * a draw from it, and the distribution kept as q. */
+static int sampled(dmodel *d, ds_spec_seq *q, float *logits, int32_t *t, ds_err *err)
+{
+	dslot *sl = &d->slots[q->slot];
+	ds_tokprob *dist;
+	double u, acc = 0;
+	int n, i, m = 0;
+
+	if (!sl->have_smp) {
+		ds_sampler_params p = *q->sp;
+
+		p.repeat_penalty = 1;
+		if (ds_sampler_init(&sl->smp, &p, (int)d->n_vocab, err))
+			return -1;
+		sl->have_smp = 1;
+	}
+	if (sl->q == NULL &&
+	    (sl->q = ds_calloc((size_t)DS_SPEC_MAX_K * d->n_vocab, sizeof *sl->q, err)) == NULL)
+		return -1;
+	dist = sl->q + (size_t)q->n_draft * d->n_vocab;
+	n = ds_sampler_dist(&sl->smp, logits, dist);
+	u = uniform(q->rng);
+	*t = dist[n - 1].id;
+	for (i = 0; i < n; i++)
+		if (u < (acc += dist[i].p)) {
+			*t = dist[i].id;
+			break;
+		}
+	/* the target's vocabulary only: p is 0 elsewhere, so those ids
+	 * play no part in the rule (a draft among them ends the drafts) */
+	for (i = 0; i < n; i++)
+		if ((uint32_t)dist[i].id < d->target_vocab)
+			dist[m++] = dist[i];
+	q->q[q->n_draft] = dist;
+	q->n_q[q->n_draft] = m;
+	return 0;
+}
+
+static int pick(dmodel *d, ds_spec_seq *q, float *logits, ds_err *err)
+{
+	int32_t t;
+
+	ds_spec_penalize(logits, d->n_vocab, q->sp, q->tok, q->n_tok, q->draft, q->n_draft);
+	if (q->sp->temp <= 0)
+		t = ds_argmax(logits, (int)d->n_vocab);
+	else if (sampled(d, q, logits, &t, err))
+		return -1;
+	q->draft[q->n_draft++] = t;
+	return 0;
+}
+
+/* ---- passes -------------------------------------------------------------------------- */
+
+/* Run the n entries gathered; the wanted rows pick their drafts. */
+static int pass(dmodel *d, size_t n, ds_err *err)
+{
+	ds_batch b = { .n = n, .token = d->tok, .pos = d->pos, .seq = d->seq,
+		       .logits = d->want };
+	size_t i, o = 0;
+
+	if (n == 0)
+		return 0;
+	if (ds_fwd_decode(d->f, &d->kv, &b, err))
+		return ds_err_prefix(err, "draft model");
+	for (i = 0; i < n; i++)
+		if (d->want[i] && pick(d, d->owner[i], ds_fwd_logits_mut(d->f, o++), err))
+			return -1;
+	return 0;
+}
+
+static void put(dmodel *d, size_t *n, ds_spec_seq *q, int32_t tok, size_t pos,
+		int want)
+{
+	d->tok[*n] = tok;
+	d->pos[*n] = (int32_t)pos;
+	d->seq[*n] = (int32_t)q->slot;
+	d->want[*n] = (uint8_t)want;
+	d->owner[*n] = q;
+	(*n)++;
+}
+
+/* What the draft cache lacks of each sequence, up to its last token,
+ * in batches of max_batch entries. */
+static int catch_up(dmodel *d, ds_spec_seq *const *seqs, size_t n_seq, ds_err *err)
+{
+	size_t n = 0, i, p;
+
+	for (i = 0; i < n_seq; i++) {
+		ds_spec_seq *q = seqs[i];
+		size_t held = d->kv.len[q->slot];
+
+		if (q->k == 0)
+			continue;
+		q->n_draft = 0;
+		/* the longest prefix still the sequence's: the drafts past
+		 * the target's final positions were not all kept */
+		p = held < q->n_final ? held : q->n_final;
+		for (; p < q->n_tok; p++) {
+			if (n == d->max_batch) {
+				if (pass(d, n, err))
+					return -1;
+				n = 0;
+			}
+			put(d, &n, q, q->tok[p], p, p + 1 == q->n_tok);
+		}
+	}
+	return pass(d, n, err);
+}
+
+static int draft_propose(ds_drafter *dr, const ds_fwd *target,
+			 ds_spec_seq *const *seqs, size_t n_seq, ds_err *err)
+{
+	dmodel *d = (dmodel *)dr;
+	size_t i, n;
+	uint32_t r;
+
+	(void)target;
+	if (catch_up(d, seqs, n_seq, err))
+		return -1;
+	for (r = 1; r < DS_SPEC_MAX_K; r++) {
+		n = 0;
+		for (i = 0; i < n_seq; i++) {
+			ds_spec_seq *q = seqs[i];
+
+			if (q->k > r && q->n_draft == r)
+				put(d, &n, q, q->draft[r - 1], q->n_tok - 1 + r, 1);
+		}
+		if (n == 0)
+			break;
+		if (pass(d, n, err))
+			return -1;
+	}
+	return 0;
+}
+
+/* ---- life cycle ------------------------------------------------------------------------ */
+
+static void draft_release(ds_drafter *dr, uint32_t slot)
+{
+	dmodel *d = (dmodel *)dr;
+	dslot *sl = &d->slots[slot];
+
+	ds_kvcache_seq_keep(&d->kv, slot, 0);
+	if (sl->have_smp)
+		ds_sampler_free(&sl->smp);
+	sl->have_smp = 0;
+}
+
+static void draft_free(ds_drafter *dr)
+{
+	dmodel *d = (dmodel *)dr;
+	uint32_t i;
+
+	for (i = 0; d->slots && i < d->kv.n_slot; i++) {
+		draft_release(dr, i);
+		free(d->slots[i].q);
+	}
+	free(d->slots);
+	free(d->tok);
+	free(d->pos);
+	free(d->seq);
+	free(d->want);
+	free(d->owner);
+	if (d->have_kv)
+		ds_kvcache_free(&d->kv);
+	ds_fwd_free(d->f);
+	if (d->have_m)
+		ds_model_free(&d->m);
+	ds_placement_free(&d->pl);
+	free(d);
+}
+
+/* The same vocabulary: both tokenizers give every id the same piece (the
+ * models' vocabulary sizes may differ by padding), or without
+ * tokenizers, the same vocabulary size. */
+static int same_vocab(dmodel *d, const ds_draft_opts *o, ds_err *err)
+{
+	char *path = ds_path_join(o->dir, "tokenizer.bin");
+	ds_tok *tok = NULL;
+	uint32_t n, i;
+	int rc = 0;
+
+	if (path == NULL)
+		return ds_errf(err, "out of memory");
+	if (o->target_tok == NULL || access(path, F_OK) != 0) {
+		free(path);
+		if (d->m.hp.n_vocab != o->target_vocab)
+			return ds_errf(err, "%s: the draft model's vocabulary has %u "
+				       "tokens, %s's %u: drafts need the same "
+				       "vocabulary", o->dir, d->m.hp.n_vocab,
+				       o->target_dir, o->target_vocab);
+		return 0;
+	}
+	if (ds_tok_load(&tok, path, err)) {
+		free(path);
+		return -1;
+	}
+	free(path);
+	n = ds_tok_n_vocab(tok);
+	if (n != ds_tok_n_vocab(o->target_tok))
+		rc = ds_errf(err, "%s: the draft model's tokenizer has %u tokens, "
+			     "%s's %u: drafts need the same vocabulary", o->dir, n,
+			     o->target_dir, ds_tok_n_vocab(o->target_tok));
+	for (i = 0; rc == 0 && i < n; i++) {
+		size_t la, lb;
+		const char *a = ds_tok_piece(tok, (int32_t)i, &la);
+		const char *b = ds_tok_piece(o->target_tok, (int32_t)i, &lb);
+
+		if ((a == NULL) != (b == NULL) || la != lb || (a && memcmp(a, b, la)))
+			rc = ds_errf(err, "%s: token %u of the draft model's tokenizer "
+				     "differs from %s's: drafts need the same "
+				     "vocabulary", o->dir, i, o->target_dir);
+	}
+	ds_tok_free(tok);
+	return rc;
+}
+
+static int bufs(dmodel *d, ds_err *err)
+{
+	size_t n = d->max_batch;
+
+	d->tok = ds_calloc(n, sizeof *d->tok, err);
+	d->pos = ds_calloc(n, sizeof *d->pos, err);
+	d->seq = ds_calloc(n, sizeof *d->seq, err);
+	d->want = ds_calloc(n, 1, err);
+	d->owner = ds_calloc(n, sizeof *d->owner, err);
+	d->slots = ds_calloc(d->kv.n_slot, sizeof *d->slots, err);
+	return d->tok && d->pos && d->seq && d->want && d->owner && d->slots ? 0 : -1;
+}
+
+int ds_draft_open(ds_drafter **out, const ds_draft_opts *o, ds_err *err)
+{
+	dmodel *d = ds_calloc(1, sizeof *d, err);
+	char warn[256];
+	ds_fwd_opts fo;
+
+	*out = NULL;
+	if (d == NULL)
+		return -1;
+	d->base = (ds_drafter){ .name = "draft", .propose = draft_propose,
+				.release = draft_release, .free = draft_free };
+	d->max_batch = o->n_slot > 256 ? o->n_slot : 256;
+	fo = (ds_fwd_opts){ .max_batch = d->max_batch };
+	d->target_vocab = o->target_vocab;
+	d->have_m = 1;
+	if (ds_model_open(&d->m, o->pool, o->dir, &o->load, &d->pl, warn, sizeof warn, err) ||
+	    same_vocab(d, o, err) ||
+	    ds_fwd_init(&d->f, &d->m, o->pool, &fo, err) ||
+	    ds_kvcache_init(&d->kv, &d->m.hp, o->n_slot, o->n_ctx, o->kv_type, err)) {
+		draft_free(&d->base);
+		return -1;
+	}
+	d->have_kv = 1;
+	d->n_vocab = d->m.hp.n_vocab;
+	if (bufs(d, err)) {
+		draft_free(&d->base);
+		return -1;
+	}
+	*out = &d->base;
+	return 0;
+}
