@@ -18,6 +18,7 @@
 #include "bench/perplexity.h"
 #include "host/sysinfo/sysinfo.h"
 #include "runtime/runner.h"
+#include "spec/drafter.h"
 
 static void usage(FILE *f)
 {
@@ -29,6 +30,7 @@ static void usage(FILE *f)
 		"              [--chat-template NAME] [--perplexity] [--truncate] [--verify]\n"
 		"              [--mlock] [--no-populate] [--hugepages] [--numa MODE]\n"
 		"              [--cpus LIST] [--sched-fifo PRIO] [--cache-type TYPE] [--verbose]\n"
+		"              [--spec mtp|ngram|draft] [--spec-k K] [--draft DIR]\n"
 		"       ds-run -h | --version\n");
 }
 
@@ -37,7 +39,7 @@ static void usage(FILE *f)
 enum out_mode { OUT_TEXT, OUT_IDS, OUT_JSONL };
 
 typedef struct opts {
-	const char *dir, *prompt, *file, *logits_out, *cpus, *chat_tmpl;
+	const char *dir, *prompt, *file, *logits_out, *cpus, *chat_tmpl, *draft;
 	long n_predict;
 	uint32_t ctx_size, parallel;
 	int threads, sched_fifo;
@@ -49,13 +51,15 @@ typedef struct opts {
 	enum ds_kvtype kv_type;
 	ds_load_opts load;
 	int chat, perplexity, truncate, verbose;
+	enum ds_spec_kind spec;
+	uint32_t spec_k;
 } opts;
 
 enum {
 	O_CACHE = 256, O_CHAT, O_CHAT_TMPL, O_CPUS, O_CTX, O_HUGE, O_IDS, O_JSONL,
 	O_LOGITS, O_MINP, O_MLOCK, O_NOPOP, O_NUMA, O_PAR, O_PPL, O_RLN, O_RP,
 	O_FIFO, O_SEED, O_STOP, O_TEMP, O_THREADS, O_TOPK, O_TOPP, O_TRUNC,
-	O_VERBOSE, O_VERIFY, O_VERSION,
+	O_VERBOSE, O_VERIFY, O_VERSION, O_SPEC, O_SPEC_K, O_DRAFT,
 };
 
 static const struct option longopts[] = {
@@ -64,6 +68,7 @@ static const struct option longopts[] = {
 	{ "chat-template", required_argument, NULL, O_CHAT_TMPL },
 	{ "cpus", required_argument, NULL, O_CPUS },
 	{ "ctx-size", required_argument, NULL, O_CTX },
+	{ "draft", required_argument, NULL, O_DRAFT },
 	{ "file", required_argument, NULL, 'f' },
 	{ "help", no_argument, NULL, 'h' },
 	{ "hugepages", no_argument, NULL, O_HUGE },
@@ -83,6 +88,8 @@ static const struct option longopts[] = {
 	{ "repeat-penalty", required_argument, NULL, O_RP },
 	{ "sched-fifo", required_argument, NULL, O_FIFO },
 	{ "seed", required_argument, NULL, O_SEED },
+	{ "spec", required_argument, NULL, O_SPEC },
+	{ "spec-k", required_argument, NULL, O_SPEC_K },
 	{ "stop", required_argument, NULL, O_STOP },
 	{ "temp", required_argument, NULL, O_TEMP },
 	{ "threads", required_argument, NULL, O_THREADS },
@@ -118,6 +125,10 @@ static int parse_word(opts *o, int c, char *a)
 	case O_NUMA:
 		return ds_numa_parse(a, &o->load.numa, &err) ?
 		       ds_opt_bad("--numa", a, err.msg) : 0;
+	case O_SPEC:
+		return ds_spec_parse(a, &o->spec, &err) ?
+		       ds_opt_bad("--spec", a, err.msg) : 0;
+	case O_DRAFT: o->draft = a; return 0;
 	case O_STOP: return add_stop(o, a);
 	case 'f': o->file = a; return 0;
 	case 'm': o->dir = a; return 0;
@@ -145,6 +156,7 @@ static int parse_one(opts *o, int c, char *a)
 	case O_RLN: return ds_opt_int("--repeat-last-n", a, 0, 1 << 20, &sp->repeat_last_n);
 	case O_RP: return ds_opt_float("--repeat-penalty", a, 0.01, 100, &sp->repeat_penalty);
 	case O_SEED: o->seed_set = 1; return ds_opt_u64("--seed", a, &sp->seed);
+	case O_SPEC_K: return ds_opt_u32("--spec-k", a, 1, DS_SPEC_MAX_K, &o->spec_k);
 	case O_TEMP: return ds_opt_float("--temp", a, 0, 100, &sp->temp);
 	case O_THREADS: return ds_opt_int("--threads", a, 1, DS_POOL_MAX, &o->threads);
 	case O_TOPK: return ds_opt_int("--top-k", a, 0, 1 << 30, &sp->top_k);
@@ -174,8 +186,17 @@ static int check_args(const opts *o)
 		warnx("-p and -f exclude each other");
 		return 2;
 	}
-	if (o->perplexity && (o->chat || o->prompt || o->file || o->parallel > 1)) {
+	if (o->perplexity && (o->chat || o->prompt || o->file || o->parallel > 1 ||
+			      o->spec)) {
 		warnx("--perplexity reads ids from stdin alone");
+		return 2;
+	}
+	if ((o->spec == DS_SPEC_DRAFT) != (o->draft != NULL)) {
+		warnx("--draft DIR goes with --spec draft, and --spec draft needs it");
+		return 2;
+	}
+	if (o->spec_k && !o->spec) {
+		warnx("--spec-k needs --spec");
 		return 2;
 	}
 	return 0;
@@ -452,7 +473,8 @@ static int setup(run *r, ds_err *err)
 	ds_session_opts so = {
 		.dir = o->dir, .threads = o->threads, .cpus = o->cpus, .load = o->load,
 		.ctx_size = o->ctx_size, .slots = o->parallel, .kv_type = o->kv_type,
-		.chat_template = o->chat_tmpl,
+		.chat_template = o->chat_tmpl, .spec = o->spec, .spec_k = o->spec_k,
+		.draft_dir = o->draft,
 	};
 	ds_cpuset cpus;
 
@@ -498,6 +520,14 @@ static void verbose_end(const run *r)
 	      "(%.2f tokens/s decoding), %.3f s in all", n->tot_prompt, n->t_pre,
 	      n->t_pre > 0 ? n->tot_prompt / n->t_pre : 0, n->tot_gen, n->t_dec,
 	      n->t_dec > 0 ? n->n_dec / n->t_dec : 0, n->t_last - n->t_first);
+	/* the mean accepted length: tokens a verification step gave, its
+	 * kept drafts and the target's own token */
+	if (r->o->spec)
+		warnx("spec: drafted %zu accepted %zu (%.3f) in %zu steps, mean "
+		      "accepted length %.2f (%s)", n->spec_drafted, n->spec_accepted,
+		      n->spec_drafted ? (double)n->spec_accepted / n->spec_drafted : 0,
+		      n->spec_steps, n->spec_steps ? 1 + (double)n->spec_accepted /
+		      n->spec_steps : 0, ds_spec_name(r->o->spec));
 	warnx("RSS %.1f MiB", ds_rss_mib());
 }
 
