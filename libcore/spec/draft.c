@@ -37,6 +37,7 @@ typedef struct dmodel {
 	ds_fwd *f;
 	ds_kvcache kv;
 	uint32_t n_vocab, target_vocab, max_batch;
+	int point;                /* argmax drafts only */
 	int32_t *tok, *pos, *seq;
 	uint8_t *want;
 	ds_spec_seq **owner;      /* [max_batch] the sequence of a wanted row */
@@ -94,7 +95,7 @@ static int pick(dmodel *d, ds_spec_seq *q, float *logits, ds_err *err)
 	int32_t t;
 
 	ds_spec_penalize(logits, d->n_vocab, q->sp, q->tok, q->n_tok, q->draft, q->n_draft);
-	if (q->sp->temp <= 0)
+	if (q->sp->temp <= 0 || d->point)
 		t = ds_argmax(logits, (int)d->n_vocab);
 	else if (sampled(d, q, logits, &t, err))
 		return -1;
@@ -295,6 +296,7 @@ int ds_draft_open(ds_drafter **out, const ds_draft_opts *o, ds_err *err)
 	d->max_batch = o->n_slot > 256 ? o->n_slot : 256;
 	fo = (ds_fwd_opts){ .max_batch = d->max_batch };
 	d->target_vocab = o->target_vocab;
+	d->point = o->point;
 	d->have_m = 1;
 	if (ds_model_open(&d->m, o->pool, o->dir, &o->load, &d->pl, warn, sizeof warn, err) ||
 	    same_vocab(d, o, err) ||

@@ -92,6 +92,8 @@ typedef struct ds_draft_opts {
 	uint32_t target_vocab;      /* the target's n_vocab */
 	const void *target_tok;     /* its ds_tok (tokenizer.h), or NULL */
 	const char *target_dir;     /* for messages */
+	int point;                  /* draft the argmax for sampled requests
+				       too (q a point mass) */
 } ds_draft_opts;
 
 int ds_draft_open(ds_drafter **d, const ds_draft_opts *o, ds_err *err);
