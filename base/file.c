@@ -143,10 +143,9 @@ static int probe_huge(int fd)
 
 /* The page cache of a file written or read cold without the huge advice
  * (a copy, a download, a checksum) holds 4 KiB folios, which map in 4
- * KiB pages however the mapping is advised: TinyLlama q4g32 copied with
- * cp decoded at 77.6 tokens/s against 95.2 for the same bytes in 2 MiB
- * folios (two mappings in one process, alternating, 2 threads, 20
- * rounds), while the read probe read both alike.  So when less than 9/10
+ * KiB pages however the mapping is advised, and decode from them is
+ * markedly slower than from 2 MiB folios, though the read probe reads
+ * both alike (docs/perf.md, 2026-12-05 15:13).  So when less than 9/10
  * of the mapping p [size] maps in 2 MiB pages, its pages are dropped and
  * read again (once: later loads find the 2 MiB folios) if the file
  * system gives 2 MiB folios to a cold read, as a cold read of the first

@@ -1,5 +1,6 @@
 /* ds-convert - convert a Hugging Face checkpoint to a ds model directory. */
 #define _GNU_SOURCE
+#include <err.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -7,21 +8,15 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/afile.h"
+#include "base/cli.h"
 #include "convert/convert.h"
-
-/* The signal that asked us to stop; the conversion polls it. */
-static volatile sig_atomic_t stop_signal;
-
-static void on_signal(int sig)
-{
-	stop_signal = sig;
-}
 
 static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: ds-convert --model-path SRC --output-dir DST "
-		"[--quant-format auto|awq|gptq|none]\n"
+		"[--quant-format auto|awq|gptq|fp8|none]\n"
 		"                  [--quantize keep|q8|q4] [--group-size 32|64|128] "
 		"[--threads N] [--force] [--quiet]\n"
 		"       ds-convert --inspect SRC\n"
@@ -31,8 +26,7 @@ static void usage(FILE *f)
 
 static int bad_usage(const char *msg, const char *arg)
 {
-	fprintf(stderr, "ds-convert: %s%s%s\n", msg, arg ? ": " : "",
-		arg ? arg : "");
+	warnx("%s%s%s", msg, arg ? ": " : "", arg ? arg : "");
 	usage(stderr);
 	return 2;
 }
@@ -54,45 +48,43 @@ static int default_threads(void)
 	return n < 1 ? 1 : n > 16 ? 16 : (int)n;
 }
 
+/* A signal stops the conversion, which removes its temporaries, then
+ * ends the program as the signal would have. */
 static int convert(ds_convert_opts *o, int quiet)
 {
-	struct sigaction sa;
+	volatile sig_atomic_t stop = 0;
 	ds_convert_stats st;
 	ds_err err;
 	int rc;
 
-	memset(&sa, 0, sizeof sa);
-	sa.sa_handler = on_signal;
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	o->cancel = &stop_signal;
+	ds_cleanup_flag(&stop);
+	o->cancel = &stop;
 	o->progress = quiet ? NULL : stderr;
 	rc = ds_convert(o, &st, &err);
-	if (rc != 0 && stop_signal) {
-		/* the temporaries are gone; die of the signal as asked */
-		signal(stop_signal, SIG_DFL);
-		raise(stop_signal);
-	}
+	if (rc != 0 && stop)
+		ds_cleanup_raise(stop);
+	ds_cleanup_flag(NULL);
 	if (rc != 0) {
-		fprintf(stderr, "ds-convert: %s\n", err.msg);
+		warnx("%s", err.msg);
 		return 1;
 	}
 	if (!quiet && st.q.requantized)
-		fprintf(stderr, "ds-convert: warning: %llu of %llu GPTQ 8-bit groups "
-			"were asymmetric and were re-quantized to q8 (symmetric)\n",
-			(unsigned long long)st.q.requantized,
-			(unsigned long long)st.q.groups);
+		warnx("warning: %llu of %llu GPTQ 8-bit groups were asymmetric and "
+		      "were re-quantized to q8 (symmetric)",
+		      (unsigned long long)st.q.requantized, (unsigned long long)st.q.groups);
+	if (!quiet && st.mtp_absent)
+		warnx("note: config.json names a multi-token-prediction layer that the "
+		      "checkpoint does not carry; converted without it");
 	if (!quiet && st.q.clamped)
-		fprintf(stderr, "ds-convert: note: %llu GPTQ 8-bit weights of -128 "
-			"steps were stored as -127 (q8 holds -127 to 127)\n",
-			(unsigned long long)st.q.clamped);
+		warnx("note: %llu GPTQ 8-bit weights of -128 steps were stored as -127 "
+		      "(q8 holds -127 to 127)", (unsigned long long)st.q.clamped);
 	return 0;
 }
 
 int main(int argc, char **argv)
 {
-	static const char *const formats[] = { "auto", "awq", "gptq", "none" };
+	static const char *const formats[] = { "auto", "awq", "gptq", "none",
+						"fp8" };
 	static const char *const quants[] = { "keep", "q8", "q4" };
 	static const struct option opts[] = {
 		{ "force", no_argument, NULL, 'f' },
@@ -116,6 +108,7 @@ int main(int argc, char **argv)
 	ds_err err;
 
 	memset(&o, 0, sizeof o);
+	o.quantize = DS_RQ_AUTO;
 	o.group_size = 32;
 	o.threads = default_threads();
 	opterr = 0; /* our own messages, named ds-convert */
@@ -123,7 +116,7 @@ int main(int argc, char **argv)
 		switch (c) {
 		case 'f': o.force = 1; break;
 		case 'F':
-			if ((i = pick(optarg, formats, 4)) < 0)
+			if ((i = pick(optarg, formats, 5)) < 0)
 				return bad_usage("bad --quant-format", optarg);
 			o.format = (enum ds_qformat)i;
 			break;
@@ -165,7 +158,7 @@ int main(int argc, char **argv)
 		if ((inspect ? ds_inspect(inspect, stdout, &err)
 			     : ds_verify(verify, stdout, &err)) == 0)
 			return fflush(stdout) == 0 ? 0 : 1;
-		fprintf(stderr, "ds-convert: %s\n", err.msg);
+		warnx("%s", err.msg);
 		return 1;
 	}
 	if (o.src == NULL || o.dst == NULL)

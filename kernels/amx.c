@@ -1,5 +1,5 @@
 /*
- * amx.c - q4 and q8 matrix products of 16 activation rows or more on
+ * amx.c - q4 and q8 matrix products of 8 activation rows or more on
  * Intel AMX (AMX-TILE, AMX-INT8), above the AVX-512 table.  Compiled with
  * KFLAGS_amx; reached only after CPUID said yes and the OS granted the
  * process the tile data state (kernels.c).
@@ -19,11 +19,11 @@
  * tiles configured for its rows; fewer rows left (decode, a short
  * prompt's or a MoE expert's tail) go to the AVX-512 kernels (TAIL_MIN).
  *
- * On the Xeon this was measured on, a tdpbsud and 32 FMAs took 10.6 ns,
- * alone 6.0 and 5.4: tile and vector work overlap only when woven finely
- * (round_step), and then only in part (q8g32 by 512 rows: tiles alone 1.6
- * TOP/s, float work alone 1.5, both 1.0).  The float work per block (kept
- * for bit-identity with decode) and the tile work each bound it.
+ * Tile and vector instructions overlap only when woven finely
+ * (round_step), and then only in part: a product takes about the tile
+ * work's time plus the float work's.  The float work per block (kept for
+ * bit-identity with decode) and the tile work each bound it (measured:
+ * docs/perf.md, 2026-12-05 20:07 and 23:20).
  */
 #include <immintrin.h>
 #include <stdlib.h>
@@ -217,14 +217,11 @@ AI void round_row(const round *r, const int32_t (*dot)[TM][16], int t, const tsc
 
 /* round_row for G = 32 (a group per block), block b: the 16 rows'
  * independent chains side by side, the same operations per row in the
- * same order.  q4g32 5632x2048 by 512 rows, 2 threads: 0.76-0.79 TOP/s
- * against 0.67-0.70 a row at a time (for G = 128, eight rows side by side
- * made no difference); S read as s, not 0 + s (two instructions fewer a
- * row and block): 0.68-0.76 against 0.65-0.72, seven alternations,
- * TinyLlama pp512 +1-2%.  q8 folds its zero into the block's FMA (sc
- * holds -128 s for it; q_tile's q8g32 form): one FMA a row and block
- * fewer, q8g32 5632x2048 by 512 rows 0.82-0.83 -> 0.92-0.93 TOP/s with
- * ds_act.qt. */
+ * same order (a row at a time waits on each FMA's latency; for G = 128
+ * rows side by side gain nothing).  S is read as s, not 0 + s: two
+ * instructions fewer a row and block.  q8 folds its zero into the
+ * block's FMA (sc holds -128 s for it; q_tile's q8g32 form): one FMA a
+ * row and block fewer.  (docs/perf.md, 2026-12-05 19:43-21:20) */
 AI void block_rows32(const round *r, const int32_t (*dot)[TM][16], size_t b,
 		     const tscales *sc, const __m512 *sv, const __m512 *zv,
 		     __m512 *acc, const int is4, const int n)
@@ -273,14 +270,11 @@ AI void round_scales(const ds_mat *w, const uint8_t *rs, const round *r, __m512 
  * a tile product's work waits on its loads and its store, and vector work
  * after it overlaps that wait only if little lies between.  For G = 32
  * each block's tiles are followed by the float work of p's same block
- * (16 independent chains): q8g32 5632x2048 by 512 rows 0.89-0.91 ->
- * 1.00-1.06 TOP/s, q4g32 0.76-0.77 -> 0.83-0.86 (TinyLlama pp512 q8
- * 312-317 -> 347-353, q4 293-299 -> 318-324, three alternations) against
- * a round's tiles then the whole float work of the round before.  Four
- * rows of p after each block instead (each row's chain of four blocks
- * latency-bound): 0.88-0.93 for q8g32.  Larger groups chain a row's
- * blocks, so take p's rows by halves after two blocks each (q4g128
- * 0.92-0.94 against 0.90-0.92; by quarters 0.81-0.86). */
+ * (16 independent chains), not a round's tiles and then the whole float
+ * work of the round before, nor four rows of p after each block (each
+ * row's chain of four blocks is latency-bound).  Larger groups chain a
+ * row's blocks, so take p's rows by halves after two blocks each (by
+ * quarters measured slower).  (docs/perf.md, 2026-12-05 23:20) */
 AI void round_step(const ds_mat *w, const uint8_t *rs, const round *r,
 		   const int8_t *xq, size_t ldq,
 		   int32_t (*dot)[TM][16], const round *p, const int32_t (*pdot)[TM][16],
@@ -325,9 +319,9 @@ AI void round_step(const ds_mat *w, const uint8_t *rs, const round *r,
 /* One row-set (rows masked by m) times activation rows t0 .. t0+15, in
  * rounds of tile products, each round's float work woven into the next
  * round's tiles: a vector load of a tile just stored waits for the store
- * to reach the cache.  q4's weights are split a round ahead (a block
- * split just before its tile load took 26 ns, 5 ns alone) into u, the
- * row-set's part of amx_mm's buffer, by the first tile (t0 = 0; the
+ * to reach the cache.  q4's weights are split a round ahead (a tile load
+ * of a block split just before it waits for the split's stores) into u,
+ * the row-set's part of amx_mm's buffer, by the first tile (t0 = 0; the
  * later tiles load u as it is), or with u NULL into a ring. */
 AI void amx_tile(const ds_mat *w, const uint8_t *rs, uint8_t *u, const ds_act *x, size_t t0, const tscales *sc, float *y, size_t ldy, __mmask16 m,
 		 const int is4, const int GC, const int n)
@@ -409,19 +403,14 @@ AI void amx_rowset(const ds_mat *w, size_t rs, uint8_t *u, const ds_act *x, size
 
 /* Tiles of 16 activation rows here (and a last one of TAIL_MIN rows or
  * more, below), the rest on AVX-512; each tile through RS_BLK row-sets
- * in turn, so that both stay in the core's L2 (q4g32 5632x2048 by 512
- * rows: 0.64-0.70 TOP/s against 0.50-0.54 a row-set by all rows).  By
- * 512 rows, two alternations, TOP/s for q8g32
- * 5632x2048, q4g32 2048x5632 and 5632x2048: 16 by 16 rows 0.81-0.82,
- * 0.79, 0.78-0.79; by 32 0.78-0.81, 0.75-0.78, 0.80; by 64 0.71-0.76,
- * 0.73, 0.74-0.76 (TinyLlama q8 pp512 281-285 -> 294-299 t/s); 8 or 32
- * row-sets by 32 rows as 16 by 32. */
+ * in turn, so that both stay in the core's L2 (a row-set by all the rows
+ * does not).  16 row-sets by one tile beat 16 by 32 or 64 rows; 8 or 32
+ * row-sets measured as 16 (docs/perf.md, 2026-12-05 20:28). */
 #define RS_BLK 16
 
 /* n bytes 64-aligned, from malloc (free *base): a call's scratch.  glibc's
- * aligned_alloc left the blocks it freed unused for the next call's
- * (TinyLlama pp512 at 2 threads: peak RSS 4.6 MiB more than at 1, against
- * 0.6). */
+ * aligned_alloc left the blocks it freed unused for the next call's, so
+ * the peak RSS grew with the threads (docs/perf.md, 2026-12-06 02:35). */
 static void *alloc64(size_t n, void **base)
 {
 	*base = n > SIZE_MAX - 63 ? NULL : malloc(n + 63);
@@ -452,13 +441,9 @@ static float *own_qt(const ds_act *x, size_t ld, void **base)
 
 /* A last tile of fewer than 16 rows runs on the tiles too (configured
  * for its rows; the tile work is a whole tile's) if it has TAIL_MIN rows
- * or more, fewer on AVX-512: a MoE expert's rows are any number.
- * 5632x2048 by t rows, GOP/s, 2 threads, AMX against AVX-512: q4g32 t =
- * 4: 413-419 against 596-598, t = 6: 512-518 against 577, t = 8: 641-644
- * against 583-590; q8g32 312-330 against 422-426, 441-467 against
- * 459-469, 498-527 against 463-472.  DeepSeek-V2-Lite's shape (q4g32,
- * --layers 4, its experts' tails) pp512, five alternations: 666 before,
- * 679 with tails of 4 rows or more on AMX, 667 with 8 or more (noise). */
+ * or more, fewer on AVX-512: a MoE expert's rows are any number.  From
+ * 8 rows on the tiles beat AVX-512's products, by 4 or 6 rows they lose
+ * (docs/perf.md, 2026-12-06 00:22). */
 #define TAIL_MIN 8
 
 /* q4's split weights of a row-set: 512 bytes a 32-block. */
@@ -479,15 +464,13 @@ AI void amx_block(const ds_mat *w, size_t r0, size_t r1, uint8_t *u,
 
 /* q4 products of more than one tile split the weights once, in the first
  * tile's rounds, into a buffer of a block of row-sets that the next tiles
- * load as they are, not once a tile.  q4g32 by 8, 64, 512 rows, TOP/s,
- * three alternations: 5632x2048 0.59-0.62, 0.89, 0.82-0.86 -> 0.62-0.64,
- * 0.96-1.03, 0.94-0.96; 2048x5632 0.62-0.62, 0.88-0.89, 0.81-0.85 ->
- * 0.63-0.68, 0.94-0.95, 0.87-0.93; TinyLlama q4 pp512 312-325 -> 343-348
- * t/s (the fused FFN then called it a row-set at a time, 12 tiles).  Split whole before the tiles (no tile work to overlap it): by
- * 8 rows 0.43-0.49 against 0.65-0.68.  The block is RS_BLK row-sets or
- * as many as SPLIT_MAX bytes hold (at least one): for k = 5632 (5
- * row-sets), 512 KiB gave 0.88-0.96, 1 MiB 0.81-0.86, 2 MiB 0.64-0.74.
- * With one tile, the weights go through a ring (amx_tile). */
+ * load as they are, not once a tile.  The split is woven into the first
+ * tile's rounds, not done whole before the tiles, where no tile work
+ * would overlap it (products of one tile would then be much slower).
+ * The block is RS_BLK row-sets or as many as SPLIT_MAX bytes hold (at
+ * least one); larger buffers measured slower.  With one tile, the
+ * weights go through a ring (amx_tile).  (docs/perf.md, 2026-12-06
+ * 02:26) */
 #define SPLIT_MAX ((size_t)1 << 19)
 
 static size_t split_sets(const ds_mat *w)

@@ -31,8 +31,7 @@ AI __m512i bcast32(const void *p)
 }
 
 /* Masked loads and stores, plain ones for whole vectors: the masked forms
- * are slower on some cores (twice as slow in the attention loop on the
- * Zen 5 this was tuned on). */
+ * are slower on some cores (docs/perf.md, 2026-12-02). */
 AI __m512 ldm(__mmask16 m, const void *p)
 {
 	return m == 0xffff ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(m, p);
@@ -223,43 +222,28 @@ AI void q_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
 /* ---- decode: one activation row ----------------------------------------------
  * Decode streams every weight from memory once, and a core reaches the
  * read bandwidth only with enough of the stream in flight: two row-sets
- * (two streams) at a time, each with a software prefetch, and as
- * few instructions per weight byte as possible (the ROB window then
- * covers more bytes).  Hence a q4 high nibble is masked in place (16 q,
- * no shift) in a chain of its own, the factor 16 divided out exactly once
- * per block.  The activation's 4 bytes enter q8's vpdpbusd as an embedded
- * {1to16} broadcast (one instruction, not two, but a load in each
- * row-set); q4 loads each broadcast once for both streams' row-sets.
- * Rows in cache, one thread: q4g32 92 -> 107 GB/s, q4g128 100 -> 110;
- * TinyLlama's products of a token in turn (2 threads, ratio to the read
- * probe, variants alternating in one process, 30 rounds): q4g32
- * 0.975, 0.991, 1.029 against 0.952, 0.972, 1.014; q4g128 1.138, 0.995
- * against 1.108, 0.985.  q8 streamed 7-10% slower so (1.016, 0.989
- * against 1.091, 1.103) though 18% faster in cache.  The float operations are
- * those of q_tile, so a row's result does not depend on the path. */
+ * (two streams; four on the AMX table, below) at a time, each with a
+ * software prefetch, and as few instructions per weight byte as possible
+ * (the ROB window then covers more bytes).  Hence a q4 high nibble is
+ * masked in place (16 q, no shift) in a chain of its own, the factor 16
+ * divided out exactly once per block.  The activation's 4 bytes enter
+ * q8's vpdpbusd as an embedded {1to16} broadcast (one instruction, not
+ * two, but a load in each row-set); q4 loads each broadcast once for
+ * all the streams' row-sets.  (q8 with shared broadcasts ran faster
+ * from cache but streamed slower from memory: docs/perf.md, 2026-12-05
+ * 12:38.)  The float operations are those of q_tile, so a row's result
+ * does not depend on the path. */
 
 /* Bytes prefetched ahead in each of the streams: VEC_STREAMS x PF_VEC
- * in flight per thread.  Two streams 3072 ahead against four 1536 ahead
- * (the same bytes in flight), TinyLlama's products of a token in turn
- * with no attention, alternating in one process, 30 rounds each, 2
- * threads: q4g32 0.927 against 0.914 of the read probe (0.945 against
- * 0.929, 0.923 against 0.888 in other series), q8g32 1.051 against
- * 0.966 (1.072 against 0.954); two streams 4096 ahead 0.916 and 1.045,
- * 6144 0.901 (q4).  Plain loads in the same pattern (no arithmetic, 1
- * MiB per claim): two streams 3072-6144 ahead 0.92-1.06 of the probe,
- * four 0.72-0.86 whatever the distance, one 0.84-0.87 with a software
- * prefetch and as fast as the probe without.  With four streams (the
- * layout before): 1536 beat 1024 by 3-8% for q4g32 and made no
- * difference for q8g32, 3072 was worse. */
+ * in flight per thread.  On the EPYC this was tuned on, two streams
+ * reach the read bandwidth where four (the same bytes in flight) fall
+ * short even as plain loads, and 3072 bytes ahead beat 4096 and 6144
+ * (docs/perf.md, 2026-12-05 07:42). */
 #define VEC_STREAMS 2
 #define PF_VEC 3072
 /* ... and on the Xeons with AMX (the AMX table's decode, sp = 1): four
- * streams 1024 bytes ahead.  TinyLlama decode (`ds-bench -p 0 -n 128 -r
- * 3`, 2 threads, four alternations, tokens/s): q8g32 24.8-25.2 -> 25.7-26.1,
- * q4g32 43.7-45.5 -> 45.6-46.4 (two streams 1024 ahead 25.5-25.9 and
- * 44.0-45.2; four 1536 ahead as four 1024); DeepSeek-V2-Lite's shape
- * (--layers 4) 65.5-73.4 -> 71.3-77.2; the matvec rows of `ds-bench
- * --kernels -s 5632x2048` 1.00-1.03 -> 1.03-1.09 of the probe. */
+ * streams 1024 bytes ahead, where four streams read faster than two
+ * (docs/perf.md, 2026-12-06 00:58). */
 #define STREAMS(sp) ((sp) ? 4 : VEC_STREAMS)
 #define PF(sp) ((sp) ? 1024 : PF_VEC)
 
@@ -329,12 +313,10 @@ AI void vec_blk(const uint8_t *wp, size_t rsb, const int8_t *xq, const float *d,
 }
 
 /* No code moves across it: after each q4 block of a decode row, it keeps
- * GCC from interleaving consecutive blocks' instructions.  TinyLlama's
- * products of a token in turn, 2 threads, ratio to the read probe
- * (variants alternating in one process, 8-12 rounds): q4g32 with the
- * segments below 1.032 against 0.964 without it (1.004 before them).
- * Not in q_vec: q8 and q4g32 there no better, q4g128 worse (1.092,
- * 0.956 against 1.138, 0.995 in 30 rounds). */
+ * GCC from interleaving consecutive blocks' instructions, without which
+ * the q4g32 segments below stream slower than the plain group loop.
+ * Not in q_vec: q8 and q4g32 there no better with it, q4g128 worse
+ * (docs/perf.md, 2026-12-05 12:38). */
 #define SCHED_FENCE() __asm__ volatile("" ::: "memory")
 
 /* acc[r] += a group's contribution: A[r] its blocks' sums, S the sum of
@@ -360,10 +342,9 @@ AI void q_grp_end(const uint8_t *sc, const uint8_t *zp, size_t rsb, const __m512
 /* q4g32 decode: the whole segments of DS_QSEG groups, each group at a
  * constant offset in its segment (a whole segment is laid out as a row of
  * DS_QSEG groups, so ds_qgrp_* of its groups fold to constants, where
- * per group in q_vec they are computed); returns the groups done.
- * TinyLlama's products as above: 1.146 against 1.091 and 1.032 against
- * 1.004 of the probe; with q4g128 0.959 against 1.030 (so g32 only; the
- * earlier form for q4 and q8 alike made q8 decode 4-7% slower). */
+ * per group in q_vec they are computed); returns the groups done.  For
+ * q4g32 only: q4g128 and q8 streamed slower so (docs/perf.md,
+ * 2026-12-05 12:38). */
 AI size_t q4g32_vec_segs(const uint8_t *rs, size_t rsb, size_t ng, const ds_act *x,
 			 __m512 *acc, const int R, const int sp)
 {
@@ -471,11 +452,9 @@ AI void vec_call(const ds_mat *w, size_t rs, size_t sets, const ds_act *x,
 /* Row-sets rs0 .. rs1-1 for one activation row, as STREAMS(sp) streams:
  * the range in parts, each walked in address order (a stream continues
  * where the hardware prefetcher already is), then the row-sets left
- * alone.  Four adjacent row-sets at a time instead (four
- * streams one row-set apart) made TinyLlama q4 decode 12-17% slower
- * (four alternations); without the per-block prefetches, 26-37% slower
- * (three); one stream without them (the hardware prefetcher alone) 0.74
- * of the probe against 0.95 (q4, 30 rounds). */
+ * alone.  Adjacent row-sets at a time instead (streams one row-set
+ * apart), or no per-block prefetches (the hardware prefetcher alone),
+ * made decode slower (docs/perf.md, 2026-12-05 06:20 and 07:42). */
 AI void vecs(const ds_mat *w, const ds_act *x, float *y, size_t rs0,
 	     size_t rs1, const int kind, const int sp)
 {
@@ -875,8 +854,9 @@ static void kv_store(enum ds_kvtype t, const float *x, size_t n, void *dst)
 			__m512 v = ldm(m, x + i);
 			__m256i h = t == DS_KV_F16 ? to_f16(v) : to_bf16(v);
 
-			/* a masked store to a line not in the cache cost about
-			 * 1400 cycles in decode, a plain one 870 */
+			/* plain for whole vectors: a masked store to a line
+			 * not in the cache costs more (docs/perf.md,
+			 * 2026-12-05 03:33) */
 			if (m == 0xffff)
 				_mm256_storeu_si256((__m256i *)(p + 2 * i), h);
 			else

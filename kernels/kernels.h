@@ -10,9 +10,11 @@
  * avx512|amx in the environment forces one.  Where an ISA has no version of
  * a kernel the entry is the next one down (amx -> avx512 -> avx2 -> scalar).
  *
- * Kernels are single-threaded and allocate nothing; libcore/ops/ops.h splits
- * the work across threads and owns the scratch memory.  Everything here
- * operates on caller memory, with the shapes given in each comment.
+ * Kernels are single-threaded and allocate nothing but amx.c's per-call
+ * buffers (q4's split weights, a q8g32 scale table the caller did not
+ * give); libcore/ops/ops.h splits the work across threads and owns the
+ * scratch memory.  Everything here operates on caller memory, with the
+ * shapes given in each comment.
  *
  * Matrix products.  y = x . W^T for a weight W [n, k] (ds-model(5) layouts)
  * and T activation rows x [T, k].  The activations are first prepared

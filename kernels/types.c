@@ -133,13 +133,14 @@ void ds_pack_q4(uint8_t *dst, const uint8_t *q, const uint16_t *scale,
 			uint8_t zpad = zero[row * ng + ng - 1];
 
 			for (c = 0; c < kp / 8; c++) {
+				uint8_t *out = rs + ds_qchunk(1, group, ng, c) + 4 * r;
+
 				for (j = 0; j < 4; j++) {
 					uint64_t k0 = 8 * c + j, k1 = k0 + 4;
 					uint8_t lo = k0 < k ? qr[k0] : zpad;
 					uint8_t hi = k1 < k ? qr[k1] : zpad;
 
-					rs[ds_qchunk(1, group, ng, c) + 4 * r + j] =
-						(uint8_t)((lo & 15) | (hi & 15) << 4);
+					out[j] = (uint8_t)((lo & 15) | (hi & 15) << 4);
 				}
 			}
 			for (g = 0; g < ng; g++) {
@@ -150,13 +151,31 @@ void ds_pack_q4(uint8_t *dst, const uint8_t *q, const uint16_t *scale,
 	}
 }
 
+/* Inputs kk ... kk + 3 of a row as u = q + 128 (0 past the row's end or
+ * past the last row): four bytes at once where all four are there. */
+static void pack_q8_chunk(uint8_t *out, const int8_t *q, uint64_t row,
+			  uint64_t n, uint64_t k, uint64_t kk)
+{
+	uint64_t j;
+	uint32_t w;
+
+	if (row < n && kk + 4 <= k) {
+		memcpy(&w, q + row * k + kk, 4);
+		w ^= 0x80808080u; /* + 128 in each byte, two's complement */
+		memcpy(out, &w, 4);
+		return;
+	}
+	for (j = 0; j < 4; j++)
+		out[j] = (uint8_t)((row < n && kk + j < k ? q[row * k + kk + j] : 0) + 128);
+}
+
 void ds_pack_q8(uint8_t *dst, const int8_t *q, const uint16_t *scale,
 		uint64_t n, uint64_t k, uint32_t group)
 {
 	ds_ttype t = { DS_Q8, group };
 	uint64_t kp = ds_kpad(t, k), ng = kp / group;
 	uint64_t rsb = ds_rowset_bytes(t, k), sets = (n + 15) / 16;
-	uint64_t s, c, r, g, j;
+	uint64_t s, c, r, g;
 
 	/* padding rows and columns hold u = 128, a weight of exactly 0 */
 	memset(dst, 0, rsb * sets);
@@ -166,13 +185,14 @@ void ds_pack_q8(uint8_t *dst, const int8_t *q, const uint16_t *scale,
 		for (r = 0; r < 16; r++) {
 			uint64_t row = s * 16 + r;
 
-			for (c = 0; c < kp / 4; c++)
-				for (j = 0; j < 4; j++) {
-					uint64_t kk = 4 * c + j;
-					int v = row < n && kk < k ? q[row * k + kk] : 0;
+			/* group by group: a chunk's offset without a division */
+			for (g = 0; g < ng; g++) {
+				uint8_t *grp = rs + ds_qgrp_w(0, group, ng, g) + 4 * r;
 
-					rs[ds_qchunk(0, group, ng, c) + 4 * r + j] = (uint8_t)(v + 128);
-				}
+				for (c = 0; c < group / 4; c++)
+					pack_q8_chunk(grp + 64 * c, q, row, n, k,
+						      g * group + 4 * c);
+			}
 			for (g = 0; g < ng && row < n; g++)
 				memcpy(rs + ds_qgrp_s(0, group, g) + 2 * r, &scale[row * ng + g], 2);
 		}
@@ -199,9 +219,43 @@ void ds_pack_bf16(uint8_t *dst, const uint16_t *w, uint64_t n, uint64_t k)
 
 /* ---- round-to-nearest quantization ------------------------------------- */
 
+/* nearbyintf for |x| < 2^22 (every quotient below is far smaller): adding
+ * 1.5 * 2^23 leaves no bits below the units, so the sum is rounded to
+ * nearest even and the subtraction is exact.  Inline and vectorizable,
+ * unlike the libm call, with the same results. */
+static inline float rne_small(float x)
+{
+	const float m = 12582912.0f;
+
+	return (x + m) - m;
+}
+
 static uint8_t clamp_u4(float v)
 {
 	return (uint8_t)(v < 0 ? 0 : v > 15 ? 15 : v);
+}
+
+/* [min(min w, 0), max(max w, 0)], in 8 lanes as amax_of */
+static void range_of(const float *w, uint64_t len, float *lo, float *hi)
+{
+	float l[8] = { 0 }, h[8] = { 0 };
+	uint64_t i = 0, j;
+
+	for (; i + 8 <= len; i += 8)
+		for (j = 0; j < 8; j++) {
+			l[j] = w[i + j] < l[j] ? w[i + j] : l[j];
+			h[j] = w[i + j] > h[j] ? w[i + j] : h[j];
+		}
+	for (; i < len; i++) {
+		l[0] = w[i] < l[0] ? w[i] : l[0];
+		h[0] = w[i] > h[0] ? w[i] : h[0];
+	}
+	for (j = 1; j < 8; j++) {
+		l[0] = l[j] < l[0] ? l[j] : l[0];
+		h[0] = h[j] > h[0] ? h[j] : h[0];
+	}
+	*lo = l[0];
+	*hi = h[0];
 }
 
 /* One group of w[0..len): asymmetric with an fp16 scale, the range widened
@@ -211,13 +265,10 @@ static uint8_t clamp_u4(float v)
 static void q4_group(const float *w, uint64_t len, uint8_t *q, uint16_t *s16,
 		     uint8_t *z)
 {
-	float lo = 0, hi = 0, s;
-	uint64_t i;
+	float lo, hi, s, zf;
+	uint64_t i, j;
 
-	for (i = 0; i < len; i++) {
-		lo = w[i] < lo ? w[i] : lo;
-		hi = w[i] > hi ? w[i] : hi;
-	}
+	range_of(w, len, &lo, &hi);
 	s = (hi - lo) > 1e-5f ? (hi - lo) / 15.0f : 1e-5f / 15.0f;
 	*s16 = ds_f32_to_f16(s);
 	s = ds_f16_to_f32(*s16);
@@ -225,9 +276,13 @@ static void q4_group(const float *w, uint64_t len, uint8_t *q, uint16_t *s16,
 		*s16 = 0x0400;
 		s = ds_f16_to_f32(*s16);
 	}
-	*z = clamp_u4(nearbyintf(-lo / s));
-	for (i = 0; i < len; i++)
-		q[i] = clamp_u4(nearbyintf(w[i] / s) + *z);
+	*z = clamp_u4(rne_small(-lo / s));
+	zf = *z;
+	for (i = 0; i + 32 <= len; i += 32) /* a count the compiler sees */
+		for (j = 0; j < 32; j++)
+			q[i + j] = clamp_u4(rne_small(w[i + j] / s) + zf);
+	for (; i < len; i++)
+		q[i] = clamp_u4(rne_small(w[i] / s) + zf);
 }
 
 int ds_quantize_q4(uint8_t *dst, const float *w, uint64_t n, uint64_t k,
@@ -258,10 +313,51 @@ int ds_quantize_q4(uint8_t *dst, const float *w, uint64_t n, uint64_t k,
 	return 0;
 }
 
+/* max |w[i]|, in 8 lanes (the maximum does not depend on the order) so
+ * that it vectorizes instead of waiting on one compare per weight */
+static float amax_of(const float *w, uint64_t len)
+{
+	float m[8] = { 0 }, a;
+	uint64_t i = 0, j;
+
+	for (; i + 8 <= len; i += 8)
+		for (j = 0; j < 8; j++) {
+			a = fabsf(w[i + j]);
+			m[j] = a > m[j] ? a : m[j];
+		}
+	for (; i < len; i++) {
+		a = fabsf(w[i]);
+		m[0] = a > m[0] ? a : m[0];
+	}
+	for (j = 1; j < 8; j++)
+		m[0] = m[j] > m[0] ? m[j] : m[0];
+	return m[0];
+}
+
+static int8_t q8_step(float w, float sc)
+{
+	float v = rne_small(w / sc);
+
+	return (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+}
+
+/* w[0..len) in steps of sc > 0; whole blocks of 32 (a count the compiler
+ * sees) so that they vectorize. */
+static void q8_steps(const float *w, uint64_t len, float sc, int8_t *q)
+{
+	uint64_t i = 0, j;
+
+	for (; i + 32 <= len; i += 32)
+		for (j = 0; j < 32; j++)
+			q[i + j] = q8_step(w[i + j], sc);
+	for (; i < len; i++)
+		q[i] = q8_step(w[i], sc);
+}
+
 int ds_quantize_q8(uint8_t *dst, const float *w, uint64_t n, uint64_t k,
 		   uint32_t group)
 {
-	uint64_t ng = (k + group - 1) / group, r, g, i, len;
+	uint64_t ng = (k + group - 1) / group, r, g, len;
 	int8_t *q;
 	uint16_t *s;
 	size_t nq, ns;
@@ -277,18 +373,16 @@ int ds_quantize_q8(uint8_t *dst, const float *w, uint64_t n, uint64_t k,
 	for (r = 0; r < n; r++)
 		for (g = 0; g < ng; g++) {
 			const float *wg = w + r * k + g * group;
-			float amax = 0, sc, v;
+			float amax, sc;
 
 			len = k - g * group < group ? k - g * group : group;
-			for (i = 0; i < len; i++)
-				amax = fabsf(wg[i]) > amax ? fabsf(wg[i]) : amax;
+			amax = amax_of(wg, len);
 			s[r * ng + g] = ds_f32_to_f16(amax / 127.0f);
 			sc = ds_f16_to_f32(s[r * ng + g]);
-			for (i = 0; i < len; i++) {
-				v = sc > 0 ? nearbyintf(wg[i] / sc) : 0;
-				v = v > 127 ? 127 : v < -127 ? -127 : v;
-				q[r * k + g * group + i] = (int8_t)v;
-			}
+			if (sc > 0)
+				q8_steps(wg, len, sc, q + r * k + g * group);
+			else
+				memset(q + r * k + g * group, 0, len);
 		}
 	ds_pack_q8(dst, q, s, n, k, group);
 	free(q); free(s);

@@ -112,12 +112,10 @@ static inline uint64_t ds_qgrp_z(uint64_t G, uint64_t ng, uint64_t g)
  * line of each in turn.  A decode kernel that prefetches the weights a
  * distance ahead block by block leaves out each claim's first distance of
  * every stream and the segment headers between groups; it requests them
- * with this (ds_qseg_fetch).  Without the headers 3 of every 19 lines of
- * q4g32 (2 of 34 of q8g32) reached the core as demand misses: q4g32
- * products streamed 9-16% slower, q8g32 4-7% (AVX-512, 2 threads, shapes
- * 2048x2048 to 32000x2048); the claims' starts were worth 1.7-3.1% of
- * TinyLlama decode.  Unrolled: as a loop in the kernels' group loop,
- * decode measured 4-6% slower. */
+ * with this (ds_qseg_fetch): otherwise the header lines (3 of every 19
+ * lines of q4g32, 2 of 34 of q8g32) and every claim's first lines reach
+ * the core as demand misses.  Unrolled: as a loop in the kernels' group
+ * loop it slows decode (docs/perf.md, 2026-12-04 21:15). */
 static inline __attribute__((always_inline)) void
 ds_fetch_streams(const uint8_t *p, size_t stride, int n, uint64_t bytes)
 {

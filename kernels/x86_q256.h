@@ -179,10 +179,9 @@ AI void q_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
 }
 
 /* q_tile with the group size a compile-time constant for g32 (see
- * q_vec_g): TinyLlama prefill of 512 tokens with these kernels forced
- * here, q4g32 180-191 tokens/s against 127-155, q8g32 152-164 against
- * 133-135 (a variable G: the block loop's sums spilled). g128 measured
- * alike either way. */
+ * q_vec_g): with a variable G the block loop's sums spilled to the
+ * stack.  g128 measured alike either way (docs/perf.md, 2026-12-05
+ * 11:09). */
 AI void q_tile_g(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
 		 float *y, size_t ldy, const __m256i *rm, const int is4,
 		 const int TT)
@@ -200,11 +199,9 @@ AI void q_tile_g(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
  * apart, each with a short software prefetch; the operations per row
  * are q_tile's, so the result does not depend on the path. */
 
-/* Bytes prefetched ahead in each stream.  On the AVX-512 machine with
- * these kernels forced (variants alternating in one process, TinyLlama's
- * products of a token in turn, 2 threads, 20 rounds): 3072 against 1024,
- * q4g32 0.719-0.746 of the read probe against 0.684-0.720, q8g32
- * 1.037-1.062 against 0.879-0.920; 2048 and 4096 between or alike. */
+/* Bytes prefetched ahead in each stream: as avx512.c's two streams, 3072
+ * (measured with these kernels forced on the AVX-512 machine, against
+ * 1024, 2048 and 4096: docs/perf.md, 2026-12-05 08:38). */
 #define Q_PF 3072
 
 AI void q_vec(const ds_mat *w, size_t rs0, size_t sets, const ds_act *x,
@@ -304,9 +301,9 @@ AI void q_vec(const ds_mat *w, size_t rs0, size_t sets, const ds_act *x,
 
 /* q_vec with the group size a compile-time constant for the common ones:
  * the block loop then has a known count (one block for G = 32), and its
- * float partial sums no longer spill to the stack.  With this and the
- * block order above, q4g32 rows in cache (one thread, avx2+avxvnni) ran
- * at 37-51 GB/s against 28-29, plain AVX2 27-39 against 24-34. */
+ * float partial sums no longer spill to the stack.  Without this and the
+ * block order above, q4 decode was bound by the arithmetic, not by memory
+ * (docs/perf.md, 2026-12-05 10:04). */
 AI void q_vec_g(const ds_mat *w, size_t rs0, size_t sets, const ds_act *x,
 		float *y, const int is4, const int R)
 {

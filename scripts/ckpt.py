@@ -32,12 +32,23 @@ GPTQ (AutoGPTQ QuantLinear.pack; "gptq" = v1 stores z-1, "gptq_v2" z)
     gptq_zeros(qzeros, bits, v2, n) -> z [G, N] as a reader recovers it
     gptq_dequant(qweight, qzeros, scales, g_idx, bits, v2) -> W [N,K] float32
 
+FP8 (DeepSeek-V3's block-scaled e4m3fn; docs/formats/fp8.md)
+    fp8_encode(x) -> uint8            e4m3fn codes, round to nearest even,
+                                      saturating at +-448, NaN -> 0x7f
+    fp8_decode(u) -> float32          0x7f/0xff -> NaN
+    fp8_quantize(W, block=(128, 128)) -> codes uint8 [N,K], scale_inv F32
+                                      [ceil(N/bo), ceil(K/bi)]: amax/448
+    fp8_dequant(codes, scale_inv, block) -> W [N,K] float32 (code * scale
+                                      in float32, as the converter does)
+
 architectures
     config_llama(...), config_qwen2(...), config_deepseek_v2(...),
     config_deepseek_v3(...)           dicts with the real config.json fields
     hf_tensors(cfg) -> [(name, shape, kind)]  kind: "linear" (a module,
                                       shape [N,K]), "norm", "bias", "embed",
-                                      "router", "bias_f32", "mtp"
+                                      "router", "bias_f32"; the MTP layer's
+                                      own: "mtp_embed", "mtp_norm",
+                                      "mtp_linear" (eh_proj), "mtp_head"
     quantizable(module) -> bool       what AutoAWQ/GPTQ quantize
     ds_name(module or tensor) -> (ds_name, expert or None)   ds-model(5) names
 
@@ -75,7 +86,7 @@ def bf16_decode(u):
 _ST_NP = {
     "F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2", "I64": "<i8",
     "I32": "<i4", "I16": "<i2", "I8": "i1", "U8": "u1", "U16": "<u2",
-    "U32": "<u4", "U64": "<u8", "BOOL": "u1",
+    "U32": "<u4", "U64": "<u8", "BOOL": "u1", "F8_E4M3": "u1",
 }
 
 
@@ -160,6 +171,75 @@ def read_safetensors(path):
             _ST_NP[v["dtype"]]).itemsize, offset=8 + n + b).reshape(v["shape"])
         out[k] = bf16_decode(a) if v["dtype"] == "BF16" else a
     return out
+
+
+# ----------------------------------------------------------------------------
+# FP8 e4m3fn with 128x128 block scales (docs/formats/fp8.md)
+
+FP8_MAX = 448.0
+
+
+def fp8_decode(u):
+    """e4m3fn codes -> float32: bias 7, subnormals m/8 * 2^-6, no
+    infinities, S.1111.111 NaN."""
+    u = np.asarray(u, np.uint8).astype(np.int32)
+    e, m = (u >> 3) & 15, u & 7
+    v = np.where(e == 0, np.ldexp(m.astype(np.float64), -9),
+                 np.ldexp((8 + m).astype(np.float64), e - 10))
+    v = np.where(u & 0x80, -v, v)
+    v = np.where((u & 0x7F) == 0x7F, np.nan, v)
+    return v.astype(np.float32)
+
+
+def fp8_encode(x):
+    """float -> e4m3fn codes: round to nearest even onto the grid,
+    saturating at +-448 (what amax/448 block scaling can reach), NaN ->
+    0x7f.  Each step is exact: scaling by powers of two, then np.rint."""
+    x = np.asarray(x, np.float32)
+    a = np.minimum(np.nan_to_num(np.abs(x).astype(np.float64)), FP8_MAX)
+    e = np.floor(np.log2(np.where(a > 0, a, 1.0))).astype(np.int64)
+    # log2 may land one off at exact powers of two: fix by comparison
+    e = np.where(np.ldexp(1.0, e) > a, e - 1, e)
+    e = np.where(np.ldexp(1.0, e + 1) <= a, e + 1, e)
+    sub = a < 2.0 ** -6
+    m_sub = np.rint(a * 512.0)                      # steps of 2^-9
+    m_nor = np.rint(np.ldexp(a, -e) * 8.0) - 8.0    # 0..8
+    e2 = np.where(m_nor == 8, e + 1, e)
+    m_nor = np.where(m_nor == 8, 0, m_nor)
+    code = np.where(sub, m_sub, ((e2 + 7) << 3) + m_nor)
+    code = np.minimum(code, 0x7E).astype(np.uint8)  # 448 at most
+    code = np.where(np.signbit(x), code | 0x80, code).astype(np.uint8)
+    return np.where(np.isnan(x), np.uint8(0x7F), code).astype(np.uint8)
+
+
+def _blocks(shape, block):
+    (N, K), (bo, bi) = shape, block
+    return -(-N // bo), -(-K // bi)
+
+
+def fp8_quantize(W, block=(128, 128)):
+    """Per block of bo x bi (the last ones partial): scale = amax/448 (1
+    for an all-zero block), codes = fp8_encode(W / scale)."""
+    W = np.asarray(W, np.float32)
+    (bo, bi), (R, C) = block, _blocks(W.shape, block)
+    scale = np.ones((R, C), np.float32)
+    codes = np.empty(W.shape, np.uint8)
+    for r in range(R):
+        for c in range(C):
+            x = W[r * bo:(r + 1) * bo, c * bi:(c + 1) * bi]
+            amax = np.abs(x).max()
+            if amax > 0:
+                scale[r, c] = np.float32(amax) / np.float32(FP8_MAX)
+            codes[r * bo:(r + 1) * bo, c * bi:(c + 1) * bi] = fp8_encode(x / scale[r, c])
+    return codes, scale
+
+
+def fp8_dequant(codes, scale, block=(128, 128)):
+    """code value * its block's scale, one float32 multiply each."""
+    bo, bi = block
+    N, K = codes.shape
+    s = np.repeat(np.repeat(np.asarray(scale, np.float32), bo, 0), bi, 1)[:N, :K]
+    return fp8_decode(codes) * s
 
 
 # ----------------------------------------------------------------------------
@@ -422,17 +502,27 @@ def hf_tensors(cfg):
     ds = cfg["model_type"].startswith("deepseek")
     for L in range(cfg["num_hidden_layers"]):
         out += _layer(cfg, L, ds)
-    for L in range(cfg["num_hidden_layers"],
-                   cfg["num_hidden_layers"] + cfg.get("num_nextn_predict_layers", 0)):
-        p = "model.layers.%d." % L
-        out += [(p + "enorm.weight", (H,), "mtp"), (p + "hnorm.weight", (H,), "mtp"),
-                (p + "eh_proj.weight", (H, 2 * H), "mtp"),
-                (p + "shared_head.norm.weight", (H,), "mtp"),
-                (p + "input_layernorm.weight", (H,), "mtp")]
     out.append(("model.norm.weight", (H,), "norm"))
     if not cfg.get("tie_word_embeddings"):
         out.append(("lm_head", (V, H), "linear"))
+    if ds:
+        for L in range(cfg["num_hidden_layers"],
+                       cfg["num_hidden_layers"] + cfg.get("num_nextn_predict_layers", 0)):
+            out += mtp_tensors(cfg, L)
     return out
+
+
+def mtp_tensors(cfg, L):
+    """DeepSeek-V3's multi-token-prediction layer L (= num_hidden_layers):
+    its own embedding and head (DeepSeek ships copies of the main ones),
+    enorm, hnorm, eh_proj [H, 2H], a whole decoder layer, shared_head.norm."""
+    H, V = cfg["hidden_size"], cfg["vocab_size"]
+    p = "model.layers.%d." % L
+    return ([(p + "embed_tokens.weight", (V, H), "mtp_embed"),
+             (p + "enorm.weight", (H,), "mtp_norm"), (p + "hnorm.weight", (H,), "mtp_norm"),
+             (p + "eh_proj", (H, 2 * H), "mtp_linear")] + _layer(cfg, L, True) +
+            [(p + "shared_head.norm.weight", (H,), "mtp_norm"),
+             (p + "shared_head.head", (V, H), "mtp_head")])
 
 
 def _layer(cfg, L, ds):
@@ -517,6 +607,13 @@ _DS_VECTORS = {
 }
 
 
+_MTP_NAMES = {
+    "embed_tokens": "mtp.embd", "enorm.weight": "mtp.enorm",
+    "hnorm.weight": "mtp.hnorm", "eh_proj": "mtp.eh_proj",
+    "shared_head.norm.weight": "mtp.head_norm", "shared_head.head": "mtp.head",
+}
+
+
 def ds_name(module):
     """HF module ("model.layers.3.mlp.experts.5.up_proj") or tensor
     ("model.layers.3.input_layernorm.weight") -> (ds name, expert or None)."""
@@ -527,6 +624,9 @@ def ds_name(module):
         return top[module], None
     parts = module.split(".")
     L, rest = int(parts[2]), ".".join(parts[3:])
+    for k in (rest, rest[:-7] if rest.endswith(".weight") else None):
+        if k in _MTP_NAMES:
+            return _MTP_NAMES[k], None
     if rest in _DS_VECTORS:
         return "blk.%d.%s" % (L, _DS_VECTORS[rest]), None
     if rest.endswith(".weight"):

@@ -4,7 +4,8 @@
 # reference's figures in testdata/demo/perplexity.json (same tokens, same
 # windows: --ctx-size from that file, llama-perplexity's scheme).
 # Usage: scripts/demo-ppl.sh [BIN_DIR]      (after `make`)
-# Writes the conversions under build/demo/ppl-*, prints a Markdown table.
+# Writes the conversions under build/demo/ppl-* (and the demo's FP8 copy,
+# scripts/fp8-copy.py, under build/demo/fp8), prints a Markdown table.
 set -eu
 bin=${1:-bin}
 d=testdata/demo
@@ -53,3 +54,8 @@ row bf16 "$d" bf16 "$pt_bf16" 0.5
 row q8 "$d" bf16 "$pt_bf16" 1 --quantize q8
 row q4-awq "$d/awq" "AWQ dequantized" "$pt_awq" 10
 row q4-rtn "$d" bf16 "$pt_bf16" 10 --quantize q4
+# the demo as DeepSeek publishes its models: FP8 with 128x128 block scales
+/usr/bin/python3 scripts/fp8-copy.py "$d" "$out/fp8"
+row fp8-bf16 "$out/fp8" bf16 "$pt_bf16" 1 --quantize keep
+row fp8-q8 "$out/fp8" bf16 "$pt_bf16" 1
+row fp8-q4 "$out/fp8" bf16 "$pt_bf16" 10 --quantize q4

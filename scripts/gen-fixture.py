@@ -2,7 +2,8 @@
 """gen-fixture.py - write a small random Hugging Face checkpoint.
 
   gen-fixture.py --arch llama|qwen2|deepseek_v2|deepseek_v3 --out DIR
-                 [--quant none|awq|gptq] [--dtype bf16|f16|f32] [--seed N]
+                 [--quant none|awq|gptq|fp8] [--dtype bf16|f16|f32] [--seed N]
+                 [--block R,C] [--dequant] [--mtp shared|own|absent|none]
                  [--shards N] [--group-size 32|64|128|-1]
                  [--bits 4|8] [--sym|--asym] [--desc-act] [--format gptq|gptq_v2]
                  [--qconfig config|quantize_config.json|quant_config.json]
@@ -21,6 +22,17 @@ reader of the packed checkpoint recovers them, into a safetensors file:
 MODULE.q U8 [N,K], MODULE.z U8 [N,G], MODULE.s F16 [N,G], MODULE.g_idx
 I32 [K].  --fast draws the packed words directly (no quantization; for
 the throughput benchmark's large checkpoints).
+
+--quant fp8 writes DeepSeek-V3's FP8 format (docs/formats/fp8.md): every
+linear weight of the decoder layers as F8_E4M3 codes with its F32
+weight_scale_inv per --block (default 128,128) block; --dequant writes
+the same fixture with those weights already dequantized to F32 (code *
+scale in float32), the twin an FP8 conversion must match.
+deepseek_v3's multi-token-prediction layer (layer num_hidden_layers):
+--mtp shared (default) writes it whole with its embedding and head copies
+of the main ones, as DeepSeek ships it; own gives them their own values;
+absent leaves its tensors out (config.json still names it); none sets
+num_nextn_predict_layers to 0.
 """
 
 import argparse
@@ -39,7 +51,10 @@ def parse(argv):
     a = p.add_argument
     a("--arch", required=True, choices=["llama", "qwen2", "deepseek_v2", "deepseek_v3"])
     a("--out", required=True)
-    a("--quant", default="none", choices=["none", "awq", "gptq"])
+    a("--quant", default="none", choices=["none", "awq", "gptq", "fp8"])
+    a("--block", default="128,128")
+    a("--dequant", action="store_true")
+    a("--mtp", default="shared", choices=["shared", "own", "absent", "none"])
     a("--dtype", default="bf16", choices=["bf16", "f16", "f32"])
     a("--seed", type=int, default=1)
     a("--shards", type=int, default=1)
@@ -90,10 +105,17 @@ def make_config(o):
         kw["q_lora_rank"] = None if o.q_lora_rank == "null" else int(o.q_lora_rank)
     if o.arch == "deepseek_v2":
         return ckpt.config_deepseek_v2(topk_method=o.topk_method, **kw)
-    return ckpt.config_deepseek_v3(**kw)
+    return ckpt.config_deepseek_v3(nextn=0 if o.mtp == "none" else 1, **kw)
+
+
+def block(o):
+    return tuple(int(v) for v in o.block.split(","))
 
 
 def qsettings(o):
+    if o.quant == "fp8":
+        return {"activation_scheme": "dynamic", "fmt": "e4m3",
+                "quant_method": "fp8", "weight_block_size": list(block(o))}
     if o.quant == "awq":
         return {"quant_method": "awq", "bits": 4, "group_size": o.group_size,
                 "zero_point": True, "version": "gemm",
@@ -117,10 +139,10 @@ class Gen:
         h = np.frombuffer(name.encode(), np.uint8).astype(np.uint64)
         return np.random.default_rng([self.o.seed, int((h * 1000003).sum() % (1 << 63))])
 
-    def float_entry(self, name, shape, kind):
+    def float_entry(self, name, shape, kind, seed_name=None):
         def make():
-            r = self.rng(name)
-            if kind in ("norm", "mtp") and len(shape) == 1:
+            r = self.rng(seed_name or name)
+            if kind in ("norm", "mtp_norm") and len(shape) == 1:
                 return (1 + 0.1 * r.standard_normal(shape)).astype(np.float32)
             if kind in ("bias", "bias_f32"):
                 return (0.1 * r.standard_normal(shape)).astype(np.float32)
@@ -132,6 +154,33 @@ class Gen:
         o = self.o
         return o.quant != "none" and ckpt.quantizable(module) and \
             not any(s in module for s in o.not_convert)
+
+    def fp8_entries(self, module, shape):
+        """module.weight (F8_E4M3) and module.weight_scale_inv (F32), or
+        with --dequant module.weight as the F32 they stand for."""
+        o, (N, K), blk = self.o, shape, block(self.o)
+        R, C = -(-N // blk[0]), -(-K // blk[1])
+        cache = {}
+
+        def make():
+            r = self.rng(module)
+            if o.fast:
+                c = r.integers(0, 0x7E, (N, K), dtype=np.uint8)
+                c |= r.integers(0, 2, (N, K), dtype=np.uint8) << 7
+                return c, (1e-4 + 1e-3 * r.random((R, C))).astype(np.float32)
+            W = r.standard_normal((N, K)).astype(np.float32) / np.sqrt(K)
+            return ckpt.fp8_quantize(W, blk)
+
+        def codes():
+            # made once; the scale, written next, takes it back
+            cache["p"] = make()
+            return cache["p"][0]
+        name = module + ".weight"
+        if o.dequant:
+            return [ckpt.Entry(name, "F32", shape, lambda: ckpt.fp8_dequant(*make(), blk))]
+        return [ckpt.Entry(name, "F8_E4M3", shape, codes),
+                ckpt.Entry(module + ".weight_scale_inv", "F32", (R, C),
+                           lambda: cache.pop("p")[1])]
 
     def qentries(self, module, shape):
         o, (N, K) = self.o, shape
@@ -192,23 +241,38 @@ class Gen:
         per = 32 // o.bits
         return words(K // per, N), words(G, N // per), s, (np.arange(K) // g).astype(np.int32)
 
+    def mtp_seed(self, name, kind):
+        """The MTP layer's embedding and head are copies of the main
+        model's unless --mtp own."""
+        if self.o.mtp == "own":
+            return None
+        if kind == "mtp_embed" or (kind == "mtp_head" and self.cfg.get("tie_word_embeddings")):
+            return "model.embed_tokens.weight"
+        return "lm_head.weight" if kind == "mtp_head" else None
+
     def entries(self):
         out = []
         for name, shape, kind in ckpt.hf_tensors(self.cfg):
-            if kind == "linear":
-                if self.quantized(name):
-                    out += self.qentries(name, shape)
-                else:
-                    out.append(self.float_entry(name + ".weight", shape, kind))
+            mtp = name.startswith("model.layers.%d." % self.cfg["num_hidden_layers"])
+            if mtp and self.o.mtp == "absent":
+                continue
+            if kind == "linear" and self.quantized(name):
+                out += self.fp8_entries(name, shape) if self.o.quant == "fp8" \
+                    else self.qentries(name, shape)
+            elif kind in ("linear", "mtp_linear", "mtp_head"):
+                out.append(self.float_entry(name + ".weight", shape, kind,
+                                            self.mtp_seed(name, kind)))
             else:
-                out.append(self.float_entry(name, shape, kind))
+                out.append(self.float_entry(name, shape, kind, self.mtp_seed(name, kind)))
         return out
 
 
 def main(argv=None):
     o = parse(argv)
     cfg = make_config(o)
-    if o.quant != "none":
+    if o.quant == "fp8" and not o.dequant:
+        cfg["quantization_config"] = qsettings(o)
+    elif o.quant not in ("none", "fp8"):
         qs = qsettings(o)
         if o.qconfig == "config":
             cfg["quantization_config"] = qs
@@ -216,7 +280,7 @@ def main(argv=None):
     os.makedirs(o.out, exist_ok=True)
     gen = Gen(o, cfg)
     ckpt.write_checkpoint(o.out, gen.entries(), o.shards)
-    if o.quant != "none" and o.qconfig != "config":
+    if o.quant not in ("none", "fp8") and o.qconfig != "config":
         with open(os.path.join(o.out, o.qconfig), "w") as f:
             json.dump(qs, f, indent=2)
     with open(os.path.join(o.out, "config.json"), "w") as f:

@@ -37,8 +37,8 @@ static double now(void)
 
 /* Calls of fn back to back over at least min_sec (wall clock) and 3
  * calls: the mean time of a call, and in *best the shortest.  The mean
- * is what a stream sustains; single passes of a few milliseconds vary by
- * 10-20% on a shared machine, and the shortest is the luckiest. */
+ * is what a stream sustains; single passes of a few milliseconds vary
+ * widely on a shared machine, and the shortest is the luckiest. */
 static double mean_of(bench_fn *fn, void *arg, double min_sec, double *best)
 {
 	double t0 = ds_now_s(), sum = 0;
@@ -57,8 +57,8 @@ static double mean_of(bench_fn *fn, void *arg, double min_sec, double *best)
 }
 
 /* mean_of after one call untimed: the first pass over memory another
- * job used last can take several times as long as the next (seen: 40
- * ms, then 9; a first read of a fresh buffer, half the rate). */
+ * job used last can take several times as long as the next (a first
+ * read of a fresh buffer runs at about half the rate). */
 static double sustained_of(bench_fn *fn, void *arg, double min_sec, double *best)
 {
 	fn(arg);
@@ -100,8 +100,8 @@ static void best_of2(bench_fn *fa, void *a, bench_fn *fb, void *b,
 
 /* Eight dependent adds of a register a step: one cycle each on every x86
  * core.  (Adds of an immediate are not: recent Intel cores fold chains of
- * them at rename, several a cycle; on an AMX Xeon such a chain timed a
- * 17.2 GHz clock, this one 3.4.) */
+ * them at rename, several a cycle, and the clock reads several times too
+ * high: docs/perf.md, 2026-12-06 03:06.) */
 static uint64_t add_chain(uint64_t n)
 {
 	uint64_t x = 0, one = 1, i;

@@ -19,8 +19,10 @@
 #include "convert/quant/quant.h"
 #include "base/util.h"
 
-/* --quantize: what float (F32/F16/BF16) matrices become */
-enum ds_requant { DS_RQ_KEEP, DS_RQ_Q8, DS_RQ_Q4 };
+/* --quantize: what float (F32/F16/BF16) and FP8 matrices become; KEEP
+ * stores FP8 as bf16 (it has no runtime type of its own); AUTO is q8 for
+ * an FP8 checkpoint, KEEP otherwise. */
+enum ds_requant { DS_RQ_KEEP, DS_RQ_Q8, DS_RQ_Q4, DS_RQ_AUTO };
 
 typedef struct ds_convert_opts {
 	const char *src;          /* checkpoint directory or .tar[.gz|.zst]/.zip */
@@ -41,6 +43,9 @@ typedef struct ds_convert_stats {
 	uint64_t out_bytes;       /* model.bin bytes */
 	uint32_t tensors;         /* tensors written */
 	ds_qstats q;              /* GPTQ 8-bit groups re-quantized */
+	uint32_t n_mtp;           /* MTP layers converted */
+	int mtp_absent;           /* config.json names MTP layers the
+				     checkpoint does not carry */
 	double seconds;
 } ds_convert_stats;
 

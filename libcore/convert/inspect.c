@@ -31,12 +31,54 @@ static void print_quant(FILE *out, const ds_qconfig *q)
 		fprintf(out, "quantization: none\n");
 		return;
 	}
+	if (q->method == DS_QM_FP8) {
+		fprintf(out, "quantization: fp8 e4m3, blocks of [%u, %u] (%s)\n",
+			q->block[0], q->block[1], q->file);
+		return;
+	}
 	fprintf(out, "quantization: %s %s, %u bits, group size %d", q->method ==
 		DS_QM_AWQ ? "awq" : "gptq", q->variant, q->bits, q->group_size);
 	if (q->method == DS_QM_GPTQ)
 		fprintf(out, ", %s%s", q->sym ? "sym" : "asym",
 			q->desc_act ? ", desc_act" : "");
 	fprintf(out, " (%s)\n", q->file);
+}
+
+/* The multi-token-prediction layer: whether config.json names it and
+ * the checkpoint carries it. */
+static void print_mtp_checkpoint(FILE *out, const ds_hparams *hp,
+				 const ds_st *st)
+{
+	char pre[48];
+	size_t i, n, count = 0;
+
+	if (hp->n_mtp == 0) {
+		fprintf(out, "mtp: none\n");
+		return;
+	}
+	n = (size_t)snprintf(pre, sizeof pre, "model.layers.%u.", hp->n_layer);
+	for (i = 0; i < st->n_tensors; i++)
+		count += strncmp(st->tensors[i].name, pre, n) == 0;
+	if (count == 0)
+		fprintf(out, "mtp: config.json names %u layer, the checkpoint does "
+			"not carry it\n", hp->n_mtp);
+	else
+		fprintf(out, "mtp: %u layer, %s* (%zu tensors)\n", hp->n_mtp, pre,
+			count);
+}
+
+static void print_mtp_model(FILE *out, const ds_model *m)
+{
+	if (m->hp.n_mtp == 0) {
+		fprintf(out, "mtp: none\n");
+		return;
+	}
+	fprintf(out, "mtp: %u layer, blk.%u.* and mtp.* (%zu tensors); embedding "
+		"%s, head %s\n", m->hp.n_mtp, m->hp.n_layer, m->n_mtp_tensors,
+		m->hp.mtp_shares_embd ? "token_embd (shared)" : "mtp.embd",
+		m->hp.mtp_shares_head ? (m->hp.tie_embeddings ?
+					 "token_embd (shared)" : "output (shared)")
+				      : "mtp.head");
 }
 
 static int inspect_checkpoint(const char *src, FILE *out, ds_err *err)
@@ -74,6 +116,7 @@ static int inspect_checkpoint(const char *src, FILE *out, ds_err *err)
 		ds_arch_name(hp.arch));
 	describe(out, &hp);
 	print_quant(out, &q);
+	print_mtp_checkpoint(out, &hp, &st);
 	fprintf(out, "tensors: %zu, %llu bytes\n", st.n_tensors,
 		(unsigned long long)total);
 	fprintf(out, "name\tdtype\tshape\tbytes\n");
@@ -100,7 +143,7 @@ static int inspect_model(const char *dir, FILE *out, ds_err *err)
 	ds_model m;
 	size_t i;
 
-	if (ds_model_load(&m, dir, 0, err))
+	if (ds_model_load(&m, dir, DS_LOAD_MTP, err))
 		return -1;
 	for (i = 0; i < m.n_tensors; i++)
 		total += m.tensors[i].size;
@@ -110,6 +153,7 @@ static int inspect_model(const char *dir, FILE *out, ds_err *err)
 	describe(out, &m.hp);
 	fprintf(out, "quantization: %s, %u bits, group size %u, type %s\n",
 		m.quant.source, m.quant.bits, m.quant.group_size, m.quant.type);
+	print_mtp_model(out, &m);
 	fprintf(out, "tensors: %zu, %llu bytes (model.bin %zu bytes)\n", m.n_tensors,
 		(unsigned long long)total, m.bin.size);
 	fprintf(out, "name\ttype\tshape\tbytes\toffset\tcrc32\n");
@@ -142,7 +186,7 @@ int ds_verify(const char *dst, FILE *out, ds_err *err)
 	ds_model m;
 	size_t i;
 
-	if (ds_model_load(&m, dst, 0, err))
+	if (ds_model_load(&m, dst, DS_LOAD_MTP, err))
 		return -1;
 	if (ds_model_verify(&m, err)) {
 		ds_model_free(&m);

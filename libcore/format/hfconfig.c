@@ -326,6 +326,10 @@ static void hf_deepseek(ds_hparams *hp, rd *r, int v3)
 	hp->qk_rope_head_dim = rd_u32(r, "qk_rope_head_dim", 1, 0, 2, 1024);
 	hp->v_head_dim = rd_u32(r, "v_head_dim", 1, 0, 1, 1024);
 	hp->head_dim = hp->qk_nope_head_dim + hp->qk_rope_head_dim;
+	/* the MTP layers follow the last; V3 ships one */
+	if (v3)
+		hp->n_mtp = rd_u32(r, "num_nextn_predict_layers", 0, 0, 0,
+				   DS_MAX_MTP);
 	hp->n_expert = rd_u32(r, "n_routed_experts", 0, 0, 0, 4096);
 	if (hp->n_expert == 0)
 		return;
@@ -504,6 +508,12 @@ int ds_hparams_check(const ds_hparams *hp, const char *file, ds_err *err)
 	      "not below vocab_size %u", file, (long long)hp->bos_token_id,
 	      hp->n_vocab);
 	CHECK(hp->n_eos <= DS_MAX_EOS, "%s: too many eos ids", file);
+	CHECK(hp->n_mtp <= DS_MAX_MTP && (hp->n_mtp == 0 ||
+	      hp->arch == DS_ARCH_DEEPSEEK2), "%s: %u MTP layers (at most %d, "
+	      "DeepSeek only)", file, hp->n_mtp, DS_MAX_MTP);
+	CHECK(hp->n_mtp > 0 || (!hp->mtp_shares_embd && !hp->mtp_shares_head),
+	      "%s: mtp_shares_embd or mtp_shares_head set without MTP layers",
+	      file);
 	for (i = 0; i < hp->n_eos; i++)
 		CHECK(hp->eos_ids[i] >= 0 && hp->eos_ids[i] < (int64_t)hp->n_vocab,
 		      "%s: eos_token_id %lld is not below vocab_size %u", file,
@@ -556,6 +566,9 @@ json_t *ds_hparams_to_json(const ds_hparams *hp)
 	for (i = 0; i < hp->n_eos; i++)
 		json_array_append_new(eos, json_integer(hp->eos_ids[i]));
 	json_object_set_new(o, "eos_token_ids", eos);
+	json_object_set_new(o, "n_mtp", json_integer(hp->n_mtp));
+	json_object_set_new(o, "mtp_shares_embd", json_integer(hp->mtp_shares_embd));
+	json_object_set_new(o, "mtp_shares_head", json_integer(hp->mtp_shares_head));
 	return o;
 }
 
@@ -568,7 +581,12 @@ static const char *const meta_keys[] = {
 	"rope_style", "rope_scaling", "tie_embeddings", "qkv_bias",
 	"expert_scoring", "topk_method", "norm_topk_prob",
 	"routed_scaling_factor", "bos_token_id", "eos_token_id",
-	"eos_token_ids",
+	"eos_token_ids", "n_mtp", "mtp_shares_embd", "mtp_shares_head",
+};
+
+/* Keys a model.meta written before they existed lacks: absent means 0. */
+static const char *const meta_optional_keys[] = {
+	"n_mtp", "mtp_shares_embd", "mtp_shares_head",
 };
 
 static const char *const meta_rope_keys[] = {
@@ -576,8 +594,9 @@ static const char *const meta_rope_keys[] = {
 	"mscale_all_dim", "low_freq_factor", "high_freq_factor",
 };
 
-/* Every key present, no other key. */
-static int exact_keys(rd *r, const char *const *keys, size_t n)
+/* Every key present but the optional ones, no other key. */
+static int exact_keys(rd *r, const char *const *keys, size_t n,
+		      const char *const *optional, size_t n_optional)
 {
 	const char *key;
 	json_t *v;
@@ -587,7 +606,8 @@ static int exact_keys(rd *r, const char *const *keys, size_t n)
 		if (lookup(key, keys, n) < 0)
 			rd_fail(r, key, "is not a known key");
 	for (i = 0; i < n; i++)
-		if (json_object_get(r->o, keys[i]) == NULL)
+		if (json_object_get(r->o, keys[i]) == NULL &&
+		    lookup(keys[i], optional, n_optional) < 0)
 			rd_fail(r, keys[i], "missing");
 	return r->bad ? -1 : 0;
 }
@@ -614,7 +634,7 @@ static void meta_rope(ds_hparams *hp, rd *top)
 		rd_fail(top, "rope_scaling", "is not an object");
 		return;
 	}
-	if (exact_keys(&r, meta_rope_keys, NELEM(meta_rope_keys)) == 0) {
+	if (exact_keys(&r, meta_rope_keys, NELEM(meta_rope_keys), NULL, 0) == 0) {
 		s->type = (enum ds_rope_scaling)rd_enum(&r, "type", 1, 0,
 			scaling_names, NELEM(scaling_names));
 		s->factor = rd_num(&r, "factor", 1, 0);
@@ -662,7 +682,8 @@ int ds_hparams_from_json(ds_hparams *hp, const json_t *obj, const char *file,
 	hp->arch = arch;
 	if (!json_is_object(obj))
 		return ds_errf(err, "%s: hparams is not an object", file);
-	if (exact_keys(&r, meta_keys, NELEM(meta_keys)))
+	if (exact_keys(&r, meta_keys, NELEM(meta_keys), meta_optional_keys,
+		       NELEM(meta_optional_keys)))
 		return -1;
 #define GET_U32(k) hp->k = rd_u32(&r, #k, 1, 0, 0, 1u << 30);
 	U32_KEYS(GET_U32)
@@ -682,6 +703,9 @@ int ds_hparams_from_json(ds_hparams *hp, const json_t *obj, const char *file,
 	hp->routed_scaling_factor = rd_num(&r, "routed_scaling_factor", 1, 0);
 	hp->bos_token_id = rd_id(&r, "bos_token_id");
 	hp->eos_token_id = rd_id(&r, "eos_token_id");
+	hp->n_mtp = rd_u32(&r, "n_mtp", 0, 0, 0, DS_MAX_MTP);
+	hp->mtp_shares_embd = rd_bool(&r, "mtp_shares_embd", 0);
+	hp->mtp_shares_head = rd_bool(&r, "mtp_shares_head", 0);
 	if (!r.bad)
 		meta_eos(hp, &r);
 	if (r.bad)
@@ -814,42 +838,89 @@ static void layer_moe(const ds_hparams *hp, tab *t, uint32_t L,
 	MAT("ffn_down_shexp", "mlp.shared_experts.down_proj", H, S);
 }
 
+/* Decoder layer L: blk.L.*, from model.layers.L.* */
+static void layer(const ds_hparams *hp, tab *t, uint32_t L)
+{
+	uint64_t H = hp->n_embd, F = hp->n_ff;
+	char pre[48], hf[96];
+
+	snprintf(pre, sizeof pre, "model.layers.%u.", L);
+	VEC("attn_norm", "input_layernorm.weight", H);
+	if (hp->arch == DS_ARCH_DEEPSEEK2)
+		layer_mla(hp, t, L, pre);
+	else
+		layer_dense_attn(hp, t, L, pre);
+	VEC("ffn_norm", "post_attention_layernorm.weight", H);
+	if (ds_hparams_is_moe(hp, L)) {
+		layer_moe(hp, t, L, pre);
+	} else {
+		MAT("ffn_gate", "mlp.gate_proj", F, H);
+		MAT("ffn_up", "mlp.up_proj", F, H);
+		MAT("ffn_down", "mlp.down_proj", H, F);
+	}
+}
+
+static int tab_done(tab *tb, ds_tdesc **out, size_t *n, ds_err *err)
+{
+	if (tb->oom) {
+		free(tb->d);
+		return ds_errf(err, "out of memory building the tensor table");
+	}
+	*out = tb->d;
+	*n = tb->n;
+	return 0;
+}
+
+/* An MTP norm: mtp.NAME [n_embd] from model.layers.L.REST */
+#define VEC_MTP(nm, rest)                                                   \
+	do {                                                                \
+		snprintf(hf, sizeof hf, "%s%s", pre, rest);                 \
+		tab_add(t, DS_TK_VECTOR, hf, 1, H, 0, 0, nm);               \
+	} while (0)
+
 int ds_arch_tensors(const ds_hparams *hp, ds_tdesc **out, size_t *n,
 		    ds_err *err)
 {
-	uint64_t H = hp->n_embd, F = hp->n_ff;
+	uint64_t H = hp->n_embd;
 	tab tb = { NULL, 0, 0, 0 }, *t = &tb;
-	char pre[48], hf[96];
 	uint32_t L;
 
 	tab_add(t, DS_TK_EMBED, "model.embed_tokens", 2, hp->n_vocab, H, 0,
 		"token_embd");
-	for (L = 0; L < hp->n_layer; L++) {
-		snprintf(pre, sizeof pre, "model.layers.%u.", L);
-		VEC("attn_norm", "input_layernorm.weight", H);
-		if (hp->arch == DS_ARCH_DEEPSEEK2)
-			layer_mla(hp, t, L, pre);
-		else
-			layer_dense_attn(hp, t, L, pre);
-		VEC("ffn_norm", "post_attention_layernorm.weight", H);
-		if (ds_hparams_is_moe(hp, L)) {
-			layer_moe(hp, t, L, pre);
-		} else {
-			MAT("ffn_gate", "mlp.gate_proj", F, H);
-			MAT("ffn_up", "mlp.up_proj", F, H);
-			MAT("ffn_down", "mlp.down_proj", H, F);
-		}
-	}
+	for (L = 0; L < hp->n_layer; L++)
+		layer(hp, t, L);
 	tab_add(t, DS_TK_VECTOR, "model.norm.weight", 1, H, 0, 0, "output_norm");
 	if (!hp->tie_embeddings)
 		tab_add(t, DS_TK_OUTPUT, "lm_head", 2, hp->n_vocab, H, 0, "output");
-	if (tb.oom) {
-		free(tb.d);
-		return ds_errf(err, "out of memory building the tensor table");
+	return tab_done(&tb, out, n, err);
+}
+
+int ds_arch_mtp_tensors(const ds_hparams *hp, ds_tdesc **out, size_t *n,
+			ds_err *err)
+{
+	uint64_t H = hp->n_embd, V = hp->n_vocab;
+	tab tb = { NULL, 0, 0, 0 }, *t = &tb;
+	char pre[48], hf[96];
+	uint32_t L;
+
+	for (L = hp->n_layer; L < hp->n_layer + hp->n_mtp; L++) {
+		snprintf(pre, sizeof pre, "model.layers.%u.", L);
+		if (!hp->mtp_shares_embd) {
+			snprintf(hf, sizeof hf, "%sembed_tokens", pre);
+			tab_add(t, DS_TK_EMBED, hf, 2, V, H, 0, "mtp.embd");
+		}
+		VEC_MTP("mtp.enorm", "enorm.weight");
+		VEC_MTP("mtp.hnorm", "hnorm.weight");
+		snprintf(hf, sizeof hf, "%seh_proj", pre);
+		tab_add(t, DS_TK_MATRIX, hf, 2, H, 2 * H, 0, "mtp.eh_proj");
+		layer(hp, t, L);
+		VEC_MTP("mtp.head_norm", "shared_head.norm.weight");
+		if (!hp->mtp_shares_head) {
+			snprintf(hf, sizeof hf, "%sshared_head.head", pre);
+			tab_add(t, DS_TK_OUTPUT, hf, 2, V, H, 0, "mtp.head");
+		}
 	}
-	*out = tb.d;
-	*n = tb.n;
-	return 0;
+	return tab_done(&tb, out, n, err);
 }
 
 const char *ds_tdesc_hf_expert(const ds_tdesc *d, uint32_t e, char *buf,

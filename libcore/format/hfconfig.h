@@ -62,7 +62,16 @@ typedef struct ds_hparams {
 	int64_t bos_token_id, eos_token_id;    /* eos: the first of eos_ids */
 	uint32_t n_eos;
 	int64_t eos_ids[DS_MAX_EOS];
+	/* Multi-token prediction (DeepSeek-V3's num_nextn_predict_layers):
+	 * n_mtp layers after the last, kept in the model but never part of
+	 * the forward pass (ds_arch_mtp_tensors).  mtp_shares_embd/head: the
+	 * MTP layer uses token_embd / the output projection, its own copies
+	 * having been byte-identical to them. */
+	uint32_t n_mtp;
+	int mtp_shares_embd, mtp_shares_head;
 } ds_hparams;
+
+#define DS_MAX_MTP 1   /* MTP layers a model may have */
 
 /* Read config.json at `path`.  Unknown model_type, missing or insane
  * fields and unsupported features are errors naming the file and key. */
@@ -113,6 +122,12 @@ typedef struct ds_tdesc {
 /* The table for hp (malloc'd *out of *n entries), in file order. */
 int ds_arch_tensors(const ds_hparams *hp, ds_tdesc **out, size_t *n,
 		    ds_err *err);
+/* The multi-token-prediction tensors (none when hp->n_mtp is 0): the
+ * decoder layer blk.N.* with N = n_layer, and mtp.enorm, mtp.hnorm,
+ * mtp.eh_proj, mtp.head_norm, mtp.embd, mtp.head (the last two unless
+ * shared), from model.layers.N.*; malloc'd *out of *n entries. */
+int ds_arch_mtp_tensors(const ds_hparams *hp, ds_tdesc **out, size_t *n,
+			ds_err *err);
 /* The Hugging Face module of expert e of a stacked entry, into buf. */
 const char *ds_tdesc_hf_expert(const ds_tdesc *d, uint32_t e, char *buf,
 			       size_t len);

@@ -697,53 +697,101 @@ static int check_perm(const ds_model *m, const ds_tensor *p, ds_err *err)
 	return 0;
 }
 
-static int check_arch(ds_model *m, ds_err *err)
+/* The tensors of table d must all be there, of their shape and a type
+ * their kind allows; each found is marked `mark` in seen. */
+static int check_table(const ds_model *m, const ds_tdesc *d, size_t nd,
+		       char *seen, char mark, ds_err *err)
 {
-	char *seen = ds_calloc(m->n_tensors ? m->n_tensors : 1, 1, err);
-	ds_tdesc *d = NULL;
-	size_t nd, i;
-	int rc = -1;
+	size_t i;
 
-	if (seen == NULL || ds_arch_tensors(&m->hp, &d, &nd, err))
-		goto out;
 	for (i = 0; i < nd; i++) {
 		const ds_tensor *t = ds_model_tensor(m, d[i].name);
 		char tn[16];
 
-		if (t == NULL) {
-			ds_errf(err, "model.meta: tensor %s missing", d[i].name);
-			goto out;
-		}
-		if (!same_shape(t, &d[i])) {
-			ds_errf(err, "model.meta: tensor %s: shape differs from "
-				"what the hparams imply", d[i].name);
-			goto out;
-		}
-		if (!kind_allows(d[i].kind, t->type)) {
-			ds_errf(err, "model.meta: tensor %s: type %s not allowed "
-				"here", d[i].name, ds_ttype_name(t->type, tn));
-			goto out;
-		}
-		seen[t - m->tensors] = 1;
+		if (t == NULL)
+			return ds_errf(err, "model.meta: tensor %s missing",
+				       d[i].name);
+		if (!same_shape(t, &d[i]))
+			return ds_errf(err, "model.meta: tensor %s: shape differs "
+				       "from what the hparams imply", d[i].name);
+		if (!kind_allows(d[i].kind, t->type))
+			return ds_errf(err, "model.meta: tensor %s: type %s not "
+				       "allowed here", d[i].name,
+				       ds_ttype_name(t->type, tn));
+		seen[t - m->tensors] = mark;
 	}
+	return 0;
+}
+
+/* Every other tensor must be a NAME.perm of a matrix found; it goes with
+ * its matrix (main or MTP). */
+static int check_rest(const ds_model *m, char *seen, ds_err *err)
+{
+	size_t i;
+
 	for (i = 0; i < m->n_tensors; i++) {
-		const ds_tensor *t = &m->tensors[i];
+		const ds_tensor *t = &m->tensors[i], *w;
 		size_t n = strlen(t->name);
+		char base[128];
 
 		if (seen[i])
 			continue;
-		if (n > 5 && strcmp(t->name + n - 5, ".perm") == 0) {
-			if (check_perm(m, t, err))
-				goto out;
-			continue;
-		}
-		ds_errf(err, "model.meta: unexpected tensor %s", t->name);
-		goto out;
+		if (n <= 5 || strcmp(t->name + n - 5, ".perm") != 0)
+			return ds_errf(err, "model.meta: unexpected tensor %s",
+				       t->name);
+		if (check_perm(m, t, err))
+			return -1;
+		memcpy(base, t->name, n - 5);
+		base[n - 5] = '\0';
+		w = ds_model_tensor(m, base);
+		seen[i] = seen[w - m->tensors];
 	}
-	rc = 0;
-out:
+	return 0;
+}
+
+/* Without DS_LOAD_MTP, the MTP layer's tensors (seen 2) leave tensors[];
+ * with it they move after the others.  by_name is rebuilt. */
+static int order_mtp(ds_model *m, const char *seen, ds_err *err)
+{
+	ds_tensor *ts = ds_calloc(m->n_tensors ? m->n_tensors : 1, sizeof *ts,
+				  err);
+	size_t i, n = 0, n_mtp = 0;
+
+	if (ts == NULL)
+		return -1;
+	for (i = 0; i < m->n_tensors; i++)
+		if (seen[i] == 1)
+			ts[n++] = m->tensors[i];
+	for (i = 0; i < m->n_tensors; i++)
+		if (seen[i] == 2 && (m->flags & DS_LOAD_MTP))
+			ts[n + n_mtp++] = m->tensors[i];
+	free(m->tensors);
+	m->tensors = ts;
+	m->n_tensors = n + n_mtp;
+	m->n_mtp_tensors = n_mtp;
+	for (i = 0; i < m->n_tensors; i++)
+		m->by_name[i] = i;
+	qsort_r(m->by_name, m->n_tensors, sizeof *m->by_name, cmp_name,
+		m->tensors);
+	return 0;
+}
+
+static int check_arch(ds_model *m, ds_err *err)
+{
+	char *seen = ds_calloc(m->n_tensors ? m->n_tensors : 1, 1, err);
+	ds_tdesc *d = NULL, *dm = NULL;
+	size_t nd, nm;
+	int rc = -1;
+
+	if (seen != NULL && ds_arch_tensors(&m->hp, &d, &nd, err) == 0 &&
+	    ds_arch_mtp_tensors(&m->hp, &dm, &nm, err) == 0 &&
+	    check_table(m, d, nd, seen, 1, err) == 0 &&
+	    check_table(m, dm, nm, seen, 2, err) == 0 &&
+	    check_rest(m, seen, err) == 0)
+		rc = order_mtp(m, seen, err);
 	free(seen);
 	free(d);
+	free(dm);
 	return rc;
 }
 
@@ -767,6 +815,7 @@ static int parse_quant(ds_model *m, const json_t *q, ds_err *err)
 	if (strcmp(json_string_value(src), "awq") &&
 	    strcmp(json_string_value(src), "gptq") &&
 	    strcmp(json_string_value(src), "rtn") &&
+	    strcmp(json_string_value(src), "fp8") &&
 	    strcmp(json_string_value(src), "none"))
 		return ds_errf(err, "model.meta: quant.source \"%.32s\" unknown",
 			       json_string_value(src));

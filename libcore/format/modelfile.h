@@ -93,6 +93,10 @@ void ds_mwriter_abort(ds_mwriter *w);
 enum {
 	DS_LOAD_POPULATE = 1u << 0, /* fault every page in at load (MAP_POPULATE) */
 	DS_LOAD_MLOCK = 1u << 1,    /* lock the weights in memory */
+	/* also hand out the multi-token-prediction layer's tensors (checked
+	 * either way; without this flag they are left out of tensors[], so
+	 * that nothing binds or walks them) */
+	DS_LOAD_MTP = 1u << 2,
 };
 
 typedef struct ds_tensor {
@@ -111,13 +115,15 @@ typedef struct ds_model {
 				  "chat_template" ... are read from here */
 	ds_hparams hp;         /* hp.arch from "arch" */
 	struct {
-		char source[8];    /* "awq" "gptq" "rtn" "none" */
+		char source[8];    /* "awq" "gptq" "fp8" "rtn" "none" */
 		uint32_t bits, group_size;
 		char type[16];     /* the quantized matrices' type, "q4g64" */
 	} quant;
 	ds_map bin;            /* model.bin */
-	ds_tensor *tensors;    /* in model.meta order */
+	ds_tensor *tensors;    /* in model.meta order; the MTP layer's only
+				  with DS_LOAD_MTP, and then last */
 	size_t n_tensors;
+	size_t n_mtp_tensors;  /* of which the MTP layer's (DS_LOAD_MTP) */
 	size_t *by_name;       /* indices sorted by name */
 	unsigned flags;
 } ds_model;

@@ -622,19 +622,25 @@ void ds_st_free(ds_st *st)
 
 /* ---- paging advice -------------------------------------------------------- */
 
-static int advise(const ds_st *st, const ds_st_tensor *t, int advice,
-		  int inner)
+/* Bytes [off, off + len) of tensor t (len clipped to the tensor). */
+static int advise(const ds_st *st, const ds_st_tensor *t, uint64_t off,
+		  uint64_t len, int advice, int inner)
 {
 	const ds_map *m = &st->files[t->file].map;
-	uint64_t pg = (uint64_t)sysconf(_SC_PAGESIZE), a, b;
+	uint64_t pg = (uint64_t)sysconf(_SC_PAGESIZE), a, b, lo, hi;
 
-	if (m->data == NULL || t->nbytes == 0)
+	if (off >= t->nbytes)
 		return 0;
+	if (len > t->nbytes - off)
+		len = t->nbytes - off;
+	if (m->data == NULL || len == 0)
+		return 0;
+	lo = t->offset + off;
+	hi = lo + len;
 	/* release only whole pages of this tensor (a neighbour may share the
 	 * edge pages); read-ahead may round outward */
-	a = inner ? ds_round_up(t->offset, pg) : t->offset / pg * pg;
-	b = inner ? (t->offset + t->nbytes) / pg * pg
-		  : ds_round_up(t->offset + t->nbytes, pg);
+	a = inner ? ds_round_up(lo, pg) : lo / pg * pg;
+	b = inner ? hi / pg * pg : ds_round_up(hi, pg);
 	if (b > ds_round_up(m->size, pg))
 		b = ds_round_up(m->size, pg);
 	return b > a ? madvise((void *)(m->data + a), b - a, advice) : 0;
@@ -642,15 +648,21 @@ static int advise(const ds_st *st, const ds_st_tensor *t, int advice,
 
 void ds_st_release(const ds_st *st, const ds_st_tensor *t)
 {
-	advise(st, t, MADV_DONTNEED, 1);
+	advise(st, t, 0, t->nbytes, MADV_DONTNEED, 1);
+}
+
+void ds_st_release_range(const ds_st *st, const ds_st_tensor *t,
+			 uint64_t off, uint64_t len)
+{
+	advise(st, t, off, len, MADV_DONTNEED, 1);
 }
 
 void ds_st_prefetch(const ds_st *st, const ds_st_tensor *t)
 {
 #ifdef MADV_POPULATE_READ
 	/* map the pages in one call instead of a fault per page */
-	if (advise(st, t, MADV_POPULATE_READ, 0) == 0)
+	if (advise(st, t, 0, t->nbytes, MADV_POPULATE_READ, 0) == 0)
 		return;
 #endif
-	advise(st, t, MADV_WILLNEED, 0);
+	advise(st, t, 0, t->nbytes, MADV_WILLNEED, 0);
 }

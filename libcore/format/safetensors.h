@@ -73,6 +73,9 @@ const ds_st_tensor *ds_st_find(const ds_st *st, const char *name);
 /* Tell the kernel we are done with a tensor's pages, so a streaming
  * conversion's resident memory does not grow with the model. */
 void ds_st_release(const ds_st *st, const ds_st_tensor *t);
+/* The same for bytes [off, off + len) of the tensor (whole pages). */
+void ds_st_release_range(const ds_st *st, const ds_st_tensor *t,
+			 uint64_t off, uint64_t len);
 /* Ask for a tensor's pages to be read ahead. */
 void ds_st_prefetch(const ds_st *st, const ds_st_tensor *t);
 

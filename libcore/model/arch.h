@@ -113,7 +113,7 @@ struct ds_fwd {
 int ds_fwd_rope_init(const ds_hparams *hp, ds_rope *r, double *scale,
 		     ds_err *err);
 
-/* ---- shared blocks (arch/common.c) -------------------------------------- */
+/* ---- shared blocks (common.c) ------------------------------------------- */
 
 /* x += FFN(RMSNorm(x)): dense SwiGLU or, for MoE layers, the routed
  * experts plus the shared ones. */
@@ -130,7 +130,7 @@ ds_attn ds_run_attn(const ds_fwd *f, ds_kvcache *kv, uint32_t layer, const ds_ru
 /* x += o W_o^T */
 void ds_blk_out(ds_fwd *f, const ds_mat *wo, const float *o, size_t T);
 
-/* ---- MLA (arch/mla.c) ---------------------------------------------------- */
+/* ---- MLA (mla.c) --------------------------------------------------------- */
 
 /* The type of the derived matrices for an attn_kv_b of type kv_b. */
 ds_ttype ds_mla_derived_type(ds_ttype kv_b);

@@ -11,7 +11,7 @@
  *   c_n  = RMSNorm(c; kv_a_norm);  q_pe, k_pe = RoPE(q_pe), RoPE(k_pe)
  *          (interleaved pairs, YaRN)
  *   cache row of the position: [c_n | k_pe]          (rkv + dr values)
- *   o    = MLA(q, cache)                             (arch/mla.c: absorbed)
+ *   o    = MLA(q, cache)                             (mla.c: absorbed)
  *   x    = x + o Wo^T
  *   x    = x + FFN(RMSNorm(x; ffn_norm))             dense or MoE
  */

@@ -458,10 +458,9 @@ struct ffn_job {
  * be claimed as one range of row-sets for one activation row: units 0 ..
  * sets-1 gate's row-sets, sets .. 2 sets-1 up's, so a claim (but one
  * that crosses from gate to up) streams one matrix, where gate and up of
- * each claim restart the kernel's streams twice (the product 4-5% slower
- * for TinyLlama's q4 gate/up, decode 1.6%, 2 threads).  They must read
- * the same prepared input.  The same for q, k and v measured 0.3% faster
- * decode, too little for the copying out it needs. */
+ * each claim would restart the kernel's streams twice.  They must read
+ * the same prepared input.  The same for q, k and v gained too little
+ * for the copying out it needs (docs/perf.md, 2026-12-05 03:13). */
 static int ffn_pair(const ds_mat *gate, const ds_mat *up)
 {
 	return ds_ttype_interleaved(gate->type) && up->type.dt == gate->type.dt &&

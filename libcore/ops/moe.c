@@ -102,10 +102,9 @@ static void item_share(const struct moe_job *j, int ith, int nth, size_t *b,
 }
 
 /* Gate/up of items item .. item+n-1 (one expert's row-sets, as ds_ffn's
- * blocks: FFN_RS at most): pass 0 both, 1 gate into h, 2 up combined.
- * DeepSeek-V2-Lite's shape (--layers 4) pp512, three alternations against
- * a call a row-set: 533-542 -> 549-561 t/s with DS_ISA=avx512, alike on
- * AMX (650-724 against 670-718). */
+ * blocks: FFN_RS at most, so a tile of rows stays in L1 across them):
+ * pass 0 both, 1 gate into h, 2 up combined (docs/perf.md, 2026-12-06
+ * 03:42). */
 static void gate_up_items(struct moe_job *j, int ith, size_t item, size_t n, int pass)
 {
 	int32_t ex = j->act[item / j->ff_sets];

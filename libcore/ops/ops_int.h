@@ -16,18 +16,15 @@
  * 768 KiB of int8) stay in L2 while every row-set of the thread's share
  * streams past them once; more rows per block mean fewer passes over the
  * weights.  A multiple of the kernels' tiles (ds_kernels.mm_rows: 12 for
- * tiles of 4 and 6 rows, AMX's 16: TinyLlama's gate and up took 132 rows
- * a call, 4 of them on AVX-512; in 128, pp512 +1-1.5%, q4 311-319 t/s
- * against 308-311, q8 293-298 against 288-296). */
+ * tiles of 4 and 6 rows, AMX's 16), so that no block ends in a short
+ * tile that a slower path takes (docs/perf.md, 2026-12-05 20:37). */
 #define TB_MAX 192
 /* Row-sets of gate and up per kernel call in ds_ffn's blocks of rows (the
  * stride of their outputs in the thread's scratch: FFN_LD), as the matmul
  * kernels' own blocks (amx.c RS_BLK), so that a tile of activation rows
  * stays in L1 over 16 row-sets; a call a row-set read the whole block of
- * rows from L2 each time.  TinyLlama pp512 on the AMX Xeon, three
- * alternations: q8 310-312 -> 323-325 t/s, q4 300-311 -> 320-324 (8
- * row-sets: alike); DeepSeek-V2-Lite's shape (--layers 4) 626-674 ->
- * 687-701. */
+ * rows from L2 each time (8 row-sets measured as 16: docs/perf.md,
+ * 2026-12-06 03:13). */
 #define FFN_RS 16
 #define FFN_LD (FFN_RS * DS_ROWSET)
 
@@ -52,8 +49,8 @@ static inline size_t ops_tb(const ds_ctx *c, int need, size_t k)
 }
 
 /* Rows of ds_ffn's hidden layer at a time: one block of down's rows
- * (ops_tb), so the hidden rows stay small (TinyLlama's prefill of 512
- * held 11.5 MB of them) and down still reads its weights once per block.
+ * (ops_tb), so the hidden rows stay small (all of a prompt's would be
+ * n_ff floats a token) and down still reads its weights once per block.
  * c->h holds ops_ffn_rows(c, NULL) rows of cfg.max_ff floats: a narrower
  * down (a shared expert beside a dense layer) takes more rows of its own
  * width, as many as fit there (ffn_pass). */
@@ -122,20 +119,21 @@ void ops_rows(ds_ctx *c, size_t rows, size_t work_per_row, rows_fn *fn,
  * owning share i; its unclaimed part [front, back) is one atomic word.  A
  * thread claims from the front of its own share 7/8 of it, then halves of
  * what is left (at least `min` units): each claim restarts the kernel's
- * streams, and halving from the start measured slower on matrices of 1-2
- * MB; once its share is gone it takes `min` units at a time from the back
- * of the others' (min: ops_steal_min, or STEAL_MIN).  A thread slowed at
- * the end of a product (a shared machine, a busier core) then has its
- * last row-sets done by the others.  The caller sets the shares before
- * ops_run; which thread computes a unit never changes its result. */
+ * streams, so the first claim is long (halving from the start measured
+ * slower: docs/perf.md, 2026-12-04); once its share is gone it takes
+ * `min` units at a time from the back of the others' (min:
+ * ops_steal_min, or STEAL_MIN).  A thread slowed at the end of a product
+ * (a shared machine, a busier core) then has its last row-sets done by
+ * the others.  The caller sets the shares before ops_run; which thread
+ * computes a unit never changes its result. */
 #define STEAL_MIN 4         /* the most units of a least claim */
 #define STEAL_BYTES 49152   /* the weight bytes of a least claim */
 
 /* The least a thread claims of `units` units holding `bytes` of weights:
- * about STEAL_BYTES, at most STEAL_MIN units.  The threads' ends were
- * about one last claim apart (5-9 us for TinyLlama's q4 gate/up and
- * down, whose claims of four units were 156 and 213 KB); claims of one
- * or two units there measured 1.3-5% faster decode (q8 4.6-9%). */
+ * about STEAL_BYTES, at most STEAL_MIN units.  The threads end about one
+ * last claim apart, so a least claim is an amount of weights, not of
+ * units: four row-sets of a wide matrix kept a thread busy for
+ * microseconds while the other waited (docs/perf.md, 2026-12-04 21:15). */
 static inline size_t ops_steal_min(uint64_t bytes, uint64_t units)
 {
 	uint64_t per = units ? bytes / units : 0;

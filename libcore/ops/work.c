@@ -53,9 +53,8 @@ void ops_steal_init(const ds_ctx *c, size_t n)
  * run: each claim restarts the kernel's streams), then half of what is
  * left, at least want; from its back, want.  Halves, not 7/8 again: a
  * thread a few percent slower than the other would otherwise still be in
- * its second claim (1/8 of 7/8) when the other has taken all the rest
- * (TinyLlama's gate/up then left one thread idle 12 us, the worker last
- * in 83% of them). */
+ * its second claim (1/8 of 7/8) when the other has taken all the rest,
+ * and the other would wait for it (docs/perf.md, 2026-12-04 18:30). */
 static int claim(struct ops_steal *s, int front, size_t want, size_t *lo,
 		 size_t *hi)
 {

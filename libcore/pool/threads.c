@@ -32,10 +32,9 @@
 /* A futex word with a count of the threads asleep on it; the job
  * generation's word also carries the job, so that a worker that sees a
  * new generation has the function and its argument in the same cache
- * line.  With them in the pool's first line (beside fields the workers
- * read), the caller's round trip through an empty job (ds-bench
- * --membw, 2 threads) took 0.72-0.97 us against 0.42-0.66 (eleven
- * alternations); in the line after the generation's, 0.57-0.79. */
+ * line: one cache-line transfer a job, where a line of their own, or the
+ * pool's first line (beside fields the workers read), made the caller's
+ * round trip longer (docs/perf.md, 2026-12-05 08:53). */
 typedef struct wordq {
 	_Alignas(LINE) _Atomic uint32_t v;
 	_Atomic uint32_t sleepers;

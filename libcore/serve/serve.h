@@ -1,6 +1,6 @@
 /*
  * serve.h - ds-serve's library: an OpenAI-compatible HTTP server over the
- * scheduler (scheduler.h), in parts that can be tested without sockets:
+ * scheduler (runtime/sched.h), in parts that can be tested without sockets:
  *
  *   api.c      request bodies -> ds_api_req (jansson; every field checked,
  *              the error names it), answers, stream chunks and error

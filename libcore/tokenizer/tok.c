@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/afile.h"
 #include "tok_int.h"
 #include "unitab.h"
 
@@ -175,31 +176,19 @@ int ds_tok_compile_file(const char *src, const char *config, const char *dst,
 {
 	uint8_t *img;
 	size_t len;
-	char *tmp;
-	FILE *f;
+	ds_afile a;
 	int rc = -1;
 
 	if (ds_tok_compile(src, config, &img, &len, err) != 0)
 		return -1;
-	tmp = malloc(strlen(dst) + 16);
-	if (tmp == NULL) {
-		free(img);
-		return ds_errf(err, "out of memory");
+	if (ds_afile_open(&a, dst, err) == 0) {
+		if (fwrite(img, 1, len, a.f) != len) {
+			ds_errf(err, "%s: write failed", dst);
+			ds_afile_abort(&a);
+		} else {
+			rc = ds_afile_commit(&a, err);
+		}
 	}
-	sprintf(tmp, "%s.tmp-%ld", dst, (long)getpid());
-	f = fopen(tmp, "wb");
-	if (f == NULL) {
-		ds_errf(err, "%s: %s", tmp, strerror(errno));
-	} else if (fwrite(img, 1, len, f) != len || fclose(f) != 0) {
-		ds_errf(err, "%s: write failed", tmp);
-		unlink(tmp);
-	} else if (rename(tmp, dst) != 0) {
-		ds_errf(err, "%s: %s", dst, strerror(errno));
-		unlink(tmp);
-	} else {
-		rc = 0;
-	}
-	free(tmp);
 	free(img);
 	return rc;
 }

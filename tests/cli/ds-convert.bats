@@ -55,7 +55,7 @@ teardown() {
 # the conversion fails: exit 1, one line "ds-convert: ..." containing each
 # further argument, and no output directory or temporary left behind
 refuse() {
-	local src=$1
+	local src=$1 w
 	shift
 	run conv --model-path "$src" --output-dir "$O" --quiet
 	echo "$output"
@@ -165,10 +165,14 @@ quant_ok() { # RAW MODEL
 	[ "$(meta "$O.q" 'm["hparams"]["q_lora_rank"], m["hparams"]["n_group"], m["hparams"]["topk_group"], m["hparams"]["topk_method"]')" = "(128, 4, 2, 'group_limited_greedy')" ]
 }
 
-@test "deepseek_v3: noaux_tc router with its bias, the MTP layer skipped" {
+@test "deepseek_v3: noaux_tc router with its bias, the MTP layer kept" {
 	grep -q '"model.layers.3.eh_proj.weight"' "$F/v3/model.safetensors"
 	conv --model-path "$F/v3" --output-dir "$O" --quiet
 	float_ok "$F/v3" "$O"
+	# DeepSeek's MTP embedding and head are copies of the main ones
+	[ "$(meta "$O" 'm["hparams"]["n_mtp"], m["hparams"]["mtp_shares_embd"], m["hparams"]["mtp_shares_head"]')" = "(1, 1, 1)" ]
+	[ "$(meta "$O" '" ".join(t["name"] for t in m["tensors"] if t["name"].startswith("mtp."))')" = "mtp.enorm mtp.hnorm mtp.eh_proj mtp.head_norm" ]
+	[ "$(meta "$O" 'len([t for t in m["tensors"] if t["name"].startswith("blk.3.")])')" -eq 17 ]
 	[ "$(meta "$O" 'm["hparams"]["n_layer"], m["hparams"]["expert_scoring"], m["hparams"]["topk_method"], m["hparams"]["n_group"]')" = "(3, 'sigmoid', 'noaux_tc', 4)" ]
 	[ "$(meta "$O" '[t["type"] + str(t["shape"]) for t in m["tensors"] if t["name"] in ("blk.1.exp_probs_b", "blk.1.ffn_gate_inp")]')" = "['f32[8, 128]', 'f32[8]']" ]
 	[ "$(meta "$O" '[t["shape"] for t in m["tensors"] if t["name"] == "blk.2.ffn_down_exps"][0]')" = "[8, 128, 128]" ]
@@ -208,9 +212,11 @@ quant_ok() { # RAW MODEL
 	[ "$(meta "$O" '[t["type"] for t in m["tensors"] if t["name"] in ("token_embd", "blk.1.ffn_gate_inp", "output", "blk.1.attn_kv_a")]')" = "['bf16', 'q4g64', 'f32', 'bf16']" ]
 }
 
-@test "AWQ GEMM g32, sharded (deepseek_v3): exact, MTP layer skipped" {
+@test "AWQ GEMM g32, sharded (deepseek_v3): exact, MTP layer kept" {
 	conv --model-path "$F/v3awq" --output-dir "$O" --quant-format awq --quiet
 	quant_ok "$F/v3awq.raw" "$O"
+	# the MTP layer's decoder layer is quantized like any other
+	[ "$(meta "$O" 'm["hparams"]["n_mtp"], [t["type"] for t in m["tensors"] if t["name"] in ("blk.3.ffn_up_exps", "mtp.eh_proj")]')" = "(1, ['bf16', 'q4g32'])" ]
 }
 
 @test "AWQ with modules_to_not_convert: those modules stay float" {
@@ -225,6 +231,9 @@ quant_ok() { # RAW MODEL
 	conv --model-path "$F/v3gptq" --output-dir "$O" --quiet
 	quant_ok "$F/v3gptq.raw" "$O"
 	[ "$(meta "$O" '[t["type"] + str(t["shape"]) for t in m["tensors"] if t["name"] in ("blk.0.attn_kv_b.perm", "blk.1.ffn_up_exps.perm")]')" = "['i32[128]', 'i32[8, 128]']" ]
+	[ "$(meta "$O" 'm["hparams"]["n_mtp"], [t["type"] for t in m["tensors"] if t["name"] in ("blk.3.attn_kv_b", "blk.3.attn_kv_b.perm")]')" = "(1, ['q4g64', 'i32'])" ]
+	run conv --verify "$O"
+	[ "$status" -eq 0 ]
 }
 
 @test "GPTQ 4-bit asymmetric gptq_v2 from quantize_config.json: exact" {
@@ -275,9 +284,10 @@ b = open(sys.argv[1], "rb").read(); n = int.from_bytes(b[:8], "little")
 h = json.loads(b[8:8 + n]); h.pop("__metadata__", None)
 for k, v in sorted(h.items(), key=lambda kv: kv[1]["data_offsets"]):
     print("%s\t%s\t[%s]\t%d" % (k, v["dtype"], ", ".join(map(str, v["shape"])), v["data_offsets"][1] - v["data_offsets"][0]))' "$F/v3gptq/model.safetensors")
-	[ "$(printf '%s\n' "${lines[@]:6}")" = "$want" ]
-	[ "${lines[4]}" = "tensors: $(echo "$want" | wc -l), $(echo "$want" | awk -F'\t' '{s += $4} END {print s}') bytes" ]
-	[ "${lines[5]}" = "$(printf 'name\tdtype\tshape\tbytes')" ]
+	[ "${lines[4]}" = "mtp: 1 layer, model.layers.3.* (140 tensors)" ]
+	[ "$(printf '%s\n' "${lines[@]:7}")" = "$want" ]
+	[ "${lines[5]}" = "tensors: $(echo "$want" | wc -l), $(echo "$want" | awk -F'\t' '{s += $4} END {print s}') bytes" ]
+	[ "${lines[6]}" = "$(printf 'name\tdtype\tshape\tbytes')" ]
 }
 
 @test "--inspect DST lists the model's tensors with offsets and CRC-32s" {
@@ -286,7 +296,8 @@ for k, v in sorted(h.items(), key=lambda kv: kv[1]["data_offsets"]):
 	[ "$status" -eq 0 ]
 	[ "${lines[0]}" = "model: $O" ]
 	[ "${lines[3]}" = "quantization: awq, 4 bits, group size 64, type q4g64" ]
-	[ "$(printf '%s\n' "${lines[@]:6}" | cut -f1,2,4,5,6)" = "$(meta "$O" '"\n".join("%s\t%s\t%d\t%d\t%s" % (t["name"], t["type"], t["size"], t["offset"], t["crc32"]) for t in m["tensors"])')" ]
+	[ "${lines[4]}" = "mtp: none" ]
+	[ "$(printf '%s\n' "${lines[@]:7}" | cut -f1,2,4,5,6)" = "$(meta "$O" '"\n".join("%s\t%s\t%d\t%d\t%s" % (t["name"], t["type"], t["size"], t["offset"], t["crc32"]) for t in m["tensors"])')" ]
 }
 
 @test "--verify catches a flipped byte and names the tensor" {
@@ -426,8 +437,12 @@ for k, v in sorted(h.items(), key=lambda kv: kv[1]["data_offsets"]):
 		edit_json "$s/config.json" "d['quantization_config']['version'] = '$v'"
 		refuse "$s" "AWQ version \"$v\" is not supported"
 	done
-	edit_json "$s/config.json" 'd["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128], "activation_scheme": "dynamic"}'
-	refuse "$s" "fp8 weights (DeepSeek-V3's official FP8 release) are not supported"
+	edit_json "$s/config.json" 'd["quantization_config"] = {"quant_method": "fp8", "fmt": "e5m2", "weight_block_size": [128, 128], "activation_scheme": "dynamic"}'
+	refuse "$s" "fp8 fmt \"e5m2\" is not supported (e4m3)"
+	edit_json "$s/config.json" 'd["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic"}'
+	refuse "$s" "fp8 weight_block_size missing (only block-scaled FP8 is supported)"
+	edit_json "$s/config.json" 'd["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128], "activation_scheme": "static"}'
+	refuse "$s" "fp8 activation_scheme other than \"dynamic\" is not supported"
 	edit_json "$s/config.json" 'd["quantization_config"] = {"quant_method": "exl2", "bits": 4}'
 	refuse "$s" "quant_method \"exl2\" is not supported"
 	rm -rf "$s"
@@ -446,7 +461,7 @@ for k, v in sorted(h.items(), key=lambda kv: kv[1]["data_offsets"]):
 		model.layers.0.input_layernorm.weight dtype '"F8_E4M3"'
 	$PY tests/cli/helpers/st-edit.py "$s/model.safetensors" set \
 		model.layers.0.input_layernorm.weight shape '[256]'
-	refuse "$s" "tensor model.layers.0.input_layernorm.weight: dtype F8_E4M3 is not F32, F16 or BF16 (fp8"
+	refuse "$s" "tensor model.layers.0.input_layernorm.weight: dtype F8_E4M3 is not F32, F16 or BF16 (an FP8 tensor where none is expected"
 	rm -rf "$s"
 	s=$(copy llama)
 	edit_json "$s/config.json" 'd["num_hidden_layers"] = 3'
@@ -546,4 +561,186 @@ for k, v in sorted(h.items(), key=lambda kv: kv[1]["data_offsets"]):
 		on && /^\.Cm / { sub(/^\.Cm /, ""); sub(/ [,.;()]*$/, ""); gsub(/ , /, "\n"); print }' \
 		man/ds-model.5 | sort -u)
 	[ "$rdoc" = "$(meta "$O" '"\n".join(sorted(m["hparams"]["rope_scaling"]))')" ]
+}
+
+# ---- FP8 (DeepSeek-V3's block-scaled e4m3fn) --------------------------------
+
+# the FP8 fixture and its twin already dequantized to F32, made once
+fp8_fixtures() {
+	[ -d "$F/v3fp8" ] && return 0
+	gen --arch deepseek_v3 --quant fp8 --shards 2 --seed 7 --out "$F/v3fp8"
+	gen --arch deepseek_v3 --quant fp8 --dequant --seed 7 --out "$F/v3fp8.f32"
+}
+
+logits() { # MODEL OUT
+	"$DS_BIN/ds-run" -m "$1" -p "The quick brown fox jumps" -n 0 --logits-out "$2" 2>/dev/null
+}
+
+@test "FP8 q8 and q4: the same model.bin and logits as its twin dequantized to F32" {
+	fp8_fixtures
+	for q in q8 q4; do
+		conv --model-path "$F/v3fp8" --output-dir "$O.$q" --quantize $q --quiet
+		conv --model-path "$F/v3fp8.f32" --output-dir "$O.f32.$q" --quantize $q --quiet
+		cmp "$O.$q/model.bin" "$O.f32.$q/model.bin"
+		logits "$O.$q" "$T/l.$q"
+		logits "$O.f32.$q" "$T/l.f32.$q"
+		[ -s "$T/l.$q" ]
+		cmp "$T/l.$q" "$T/l.f32.$q"
+	done
+	[ "$(meta "$O.q8" 'm["quant"]["source"], m["quant"]["type"]')" = "('fp8', 'q8g32')" ]
+	[ "$(meta "$O.q4" '[t["type"] for t in m["tensors"] if t["name"] in ("output", "blk.1.ffn_up_exps")]')" = "['q4g32', 'q8g32']" ]
+	# the default for an FP8 checkpoint is q8
+	conv --model-path "$F/v3fp8" --output-dir "$O.default" --quiet
+	cmp "$O.default/model.bin" "$O.q8/model.bin"
+}
+
+@test "FP8 --quantize keep: bf16 of the f32 products, as fp8_cast_bf16.py makes" {
+	fp8_fixtures
+	conv --model-path "$F/v3fp8" --output-dir "$O" --quantize keep --quiet
+	[ "$(meta "$O" 'm["quant"]')" = "{'source': 'fp8', 'bits': 0, 'group_size': 0, 'type': 'bf16'}" ]
+	run $PY -c 'import sys, glob, numpy as np
+sys.path.insert(0, "scripts"); import ckpt
+src = {}
+for f in glob.glob(sys.argv[1] + "/*.safetensors"):
+    src.update(ckpt.read_safetensors(f))
+meta, ts = ckpt.read_ds_model(sys.argv[2])
+n = 0
+for name, (e, data) in ts.items():
+    if name != "blk.0.attn_kv_a" and name != "blk.2.ffn_down_exps":
+        continue
+    got = ckpt.ds_dequant(e, data)
+    ref = src["model.layers.0.self_attn.kv_a_proj_with_mqa.weight"] if name == "blk.0.attn_kv_a" \
+        else src["model.layers.2.mlp.experts.5.down_proj.weight"]
+    got = got if got.ndim == 2 else got[5]
+    want = ckpt.bf16_decode(ckpt.bf16_encode(ref))
+    assert e["type"] == "bf16" and np.array_equal(got, want), name
+    n += 1
+print(n)' "$F/v3fp8.f32" "$O"
+	echo "$output"
+	[ "$output" = 2 ]
+}
+
+@test "FP8: the MTP layer is converted, shared or its own, and left out when absent" {
+	fp8_fixtures
+	run conv --inspect "$F/v3fp8"
+	[ "${lines[3]}" = "quantization: fp8 e4m3, blocks of [128, 128] (config.json: quantization_config)" ]
+	[ "${lines[4]}" = "mtp: 1 layer, model.layers.3.* (76 tensors)" ]
+	conv --model-path "$F/v3fp8" --output-dir "$O" --quiet
+	run conv --inspect "$O"
+	[ "${lines[4]}" = "mtp: 1 layer, blk.3.* and mtp.* (21 tensors); embedding token_embd (shared), head output (shared)" ]
+	[ "$(meta "$O" '[t["type"] for t in m["tensors"] if t["name"] in ("mtp.eh_proj", "blk.3.attn_kv_b", "mtp.enorm")]')" = "['f32', 'q8g32', 'q8g32']" ]
+	run conv --verify "$O"
+	[[ "$output" == *": 70 tensors, "* ]]
+	gen --arch deepseek_v3 --quant fp8 --mtp own --out "$T/own"
+	conv --model-path "$T/own" --output-dir "$O.own" --quiet
+	[ "$(meta "$O.own" 'm["hparams"]["mtp_shares_embd"], m["hparams"]["mtp_shares_head"], [t["type"] for t in m["tensors"] if t["name"] in ("mtp.embd", "mtp.head")]')" = "(0, 0, ['bf16', 'q8g32'])" ]
+	gen --arch deepseek_v3 --quant fp8 --mtp absent --seed 7 --out "$T/absent"
+	run conv --model-path "$T/absent" --output-dir "$O.absent"
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"note: config.json names a multi-token-prediction layer that the checkpoint does not carry"* ]]
+	[ "$(meta "$O.absent" 'm["hparams"]["n_mtp"], len([t for t in m["tensors"] if t["name"].startswith(("mtp.", "blk.3."))])')" = "(0, 0)" ]
+	gen --arch deepseek_v3 --mtp none --out "$T/none"
+	conv --model-path "$T/none" --output-dir "$O.none" --quiet
+	[ "$(meta "$O.none" 'm["hparams"]["n_mtp"]')" = 0 ]
+	# ds-run runs a model with an MTP layer without it
+	logits "$O" "$T/l.mtp"
+	logits "$O.absent" "$T/l.nomtp"
+	cmp "$T/l.mtp" "$T/l.nomtp"
+}
+
+@test "FP8: scale_inv missing, misshapen, of another dtype or not finite is refused" {
+	fp8_fixtures
+	wn=model.layers.0.self_attn.kv_a_proj_with_mqa.weight
+	f=model-00001-of-00002.safetensors
+	s=$(copy v3fp8)
+	$PY tests/cli/helpers/st-edit.py "$s/$f" rename ${wn}_scale_inv ${wn}_scale_inX
+	edit_json "$s/model.safetensors.index.json" "m = d['weight_map']; m['${wn}_scale_inX'] = m.pop('${wn}_scale_inv')"
+	refuse "$s" "$f: tensor $wn: F8_E4M3 without its ${wn}_scale_inv"
+	rm -rf "$s"; s=$(copy v3fp8)
+	$PY tests/cli/helpers/st-edit.py "$s/$f" set ${wn}_scale_inv shape '[1,2]'
+	refuse "$s" "$f: tensor ${wn}_scale_inv: shape [1, 2], but blocks of [128, 128] (weight_block_size in config.json: quantization_config) over $wn [160, 128] need [2, 1]"
+	rm -rf "$s"; s=$(copy v3fp8)
+	$PY tests/cli/helpers/st-edit.py "$s/$f" set ${wn}_scale_inv dtype '"BF16"'
+	$PY tests/cli/helpers/st-edit.py "$s/$f" set ${wn}_scale_inv shape '[2,2]'
+	refuse "$s" "tensor ${wn}_scale_inv: dtype BF16, FP8 block scales must be F32"
+	rm -rf "$s"; s=$(copy v3fp8)
+	$PY tests/cli/helpers/st-edit.py "$s/$f" poke ${wn}_scale_inv 4 0000807f
+	refuse "$s" "$f: tensor $wn: scale of block [1, 0] is not finite"
+}
+
+@test "FP8: NaN codes, a block size other than the config's, FP8 where none belongs" {
+	fp8_fixtures
+	wn=model.layers.2.mlp.experts.6.up_proj.weight
+	f=$(grep -o "\"$wn\": \"[^\"]*\"" "$F/v3fp8/model.safetensors.index.json" | cut -d'"' -f4)
+	s=$(copy v3fp8)
+	# row 37, column 100 of [128, 128]
+	$PY tests/cli/helpers/st-edit.py "$s/$f" poke $wn $((37 * 128 + 100)) ff
+	refuse "$s" "$f: tensor $wn: NaN code 0xff at [37, 100]"
+	rm -rf "$s"; s=$(copy v3fp8)
+	edit_json "$s/config.json" 'd["quantization_config"]["weight_block_size"] = [64, 128]'
+	refuse "$s" "shape [1, 1], but blocks of [64, 128] (weight_block_size in config.json: quantization_config) over model.layers.0.self_attn.q_a_proj.weight [128, 128] need [2, 1]"
+	rm -rf "$s"; s=$(copy v3fp8)
+	r=model.layers.1.mlp.gate.weight
+	f=$(grep -o "\"$r\": \"[^\"]*\"" "$F/v3fp8/model.safetensors.index.json" | cut -d'"' -f4)
+	$PY tests/cli/helpers/st-edit.py "$s/$f" set $r dtype '"F8_E4M3"'
+	$PY tests/cli/helpers/st-edit.py "$s/$f" set $r shape '[16,128]'
+	refuse "$s" "$f: tensor $r: F8_E4M3: an FP8 tensor where none is expected"
+	rm -rf "$s"; s=$(copy v3fp8)
+	edit_json "$s/config.json" 'del d["quantization_config"]'
+	refuse "$s" "tensor model.layers.0.self_attn.q_a_proj.weight: F8_E4M3, but the checkpoint has no FP8 quantization settings"
+	run conv --model-path "$F/v3fp8" --output-dir "$O" --quant-format awq --quiet
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"--quant-format awq, but config.json: quantization_config describes fp8 quantization"* ]]
+}
+
+@test "FP8: shards of FP8 and of converted weights mixed are refused" {
+	fp8_fixtures
+	# layer 1 from the F32 twin (as a partial BF16 cast leaves it), the
+	# rest FP8
+	$PY -c 'import sys, glob, json, shutil
+sys.path.insert(0, "scripts"); import ckpt
+a, b, out = sys.argv[1:4]
+shutil.copytree(a, out)
+for f in glob.glob(out + "/*.safetensors*"):
+    __import__("os").remove(f)
+ta, tb = {}, ckpt.read_safetensors(b + "/model.safetensors")
+for f in sorted(glob.glob(a + "/*.safetensors")):
+    ta.update(ckpt.read_safetensors(f))
+ents = []
+for k, v in ta.items():
+    if k.startswith("model.layers.1.") and k.endswith("_scale_inv"):
+        continue
+    if k.startswith("model.layers.1.") and v.dtype.itemsize == 1:
+        ents.append(ckpt.Entry(k, "F32", v.shape, tb[k]))
+    else:
+        dt = {1: "F8_E4M3", 4: "F32"}.get(v.dtype.itemsize, "BF16")
+        ents.append(ckpt.Entry(k, dt, v.shape, v if dt != "BF16" else ckpt.bf16_encode(v)))
+ckpt.write_checkpoint(out, ents, 2)' "$F/v3fp8" "$F/v3fp8.f32" "$T/mixed"
+	refuse "$T/mixed" "tensor model.layers.1.self_attn.q_a_proj.weight: F32 in an FP8 checkpoint, whose decoder layers' linear weights are all F8_E4M3 (shards of FP8 and of converted weights mixed?)"
+}
+
+@test "gen-fixture's FP8 encoder: every code round-trips, ties go to even, 448 saturates" {
+	run $PY -c 'import sys, numpy as np
+sys.path.insert(0, "scripts"); import ckpt
+c = np.arange(256, dtype=np.uint8)
+v = ckpt.fp8_decode(c)
+e, m = (c >> 3) & 15, c & 7
+want = np.where(e == 0, m / 8 * 2.0 ** -6, (1 + m / 8) * 2.0 ** (e.astype(int) - 7))
+want = np.where(c & 0x80, -want, want)
+fin = (c & 0x7F) != 0x7F
+assert np.isnan(v[~fin]).all() and (v[fin] == want[fin]).all()
+assert (ckpt.fp8_encode(v[fin]) == c[fin]).all()
+pos = np.unique(v[fin & (v >= 0)])
+mid = ((pos[:-1].astype(np.float64) + pos[1:]) / 2).astype(np.float32)
+lo, hi = ckpt.fp8_encode(pos[:-1]), ckpt.fp8_encode(pos[1:])
+assert (ckpt.fp8_encode(mid) == np.where(lo % 2 == 0, lo, hi)).all()
+assert (ckpt.fp8_encode(np.float32([500, -1e30, 449])) == [0x7E, 0xFE, 0x7E]).all()
+W = np.random.default_rng(1).standard_normal((300, 200)).astype(np.float32)
+q, s = ckpt.fp8_quantize(W)
+assert s.shape == (3, 2) and np.abs(ckpt.fp8_decode(q)).max() == 448
+d = ckpt.fp8_dequant(q, s)
+assert np.abs(d - W).max() <= np.abs(W).max() / 16
+print("ok")'
+	echo "$output"
+	[ "$output" = ok ]
 }

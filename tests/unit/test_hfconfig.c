@@ -218,6 +218,71 @@ static const ds_tdesc *find(const ds_tdesc *d, size_t n, const char *name)
 	return NULL;
 }
 
+/* num_nextn_predict_layers: deepseek_v3 only, 0 or 1; the MTP table is
+ * layer N = n_layer and the mtp.* tensors, none of it in the main one. */
+static void test_mtp(void)
+{
+	char buf[4096];
+	ds_hparams hp, b;
+	ds_tdesc *d, *m;
+	size_t n, nm, i;
+	ds_err err;
+	json_t *j;
+	int in_main = 0;
+
+	snprintf(buf, sizeof buf, "%s", v2_lite);
+	T_CHECK(parse(buf, &hp, &err) == 0 && hp.n_mtp == 0);
+	memcpy(strstr(buf, "deepseek_v2"), "deepseek_v3", 11);
+	T_CHECK(parse(buf, &hp, &err) == 0 && hp.n_mtp == 0);
+	refuse(buf, "\"hidden_act\"", "\"num_nextn_predict_layers\":2,\"hidden_act\"",
+	       "num_nextn_predict_layers = 2 is outside [0, 1]");
+	memcpy(strstr(buf, "\"hidden_act\""), "\"hidden_act\"", 12);
+	{
+		char b2[4096], *p = strstr(buf, "\"hidden_act\"");
+
+		snprintf(b2, sizeof b2, "%.*s\"num_nextn_predict_layers\":1,%s",
+			 (int)(p - buf), buf, p);
+		T_CHECK(parse(b2, &hp, &err) == 0 && hp.n_mtp == 1);
+	}
+	T_CHECK(ds_arch_tensors(&hp, &d, &n, &err) == 0);
+	T_CHECK(ds_arch_mtp_tensors(&hp, &m, &nm, &err) == 0);
+	for (i = 0; i < n; i++)
+		in_main |= strncmp(d[i].name, "blk.27.", 7) == 0 ||
+			   strncmp(d[i].name, "mtp.", 4) == 0;
+	T_CHECK(!in_main);
+	/* a V2-Lite MoE layer's 14 (greedy: no exp_probs_b) and the six mtp.* */
+	T_CHECKF(nm == 20 && strcmp(m[0].name, "mtp.embd") == 0 &&
+		strcmp(m[0].hf, "model.layers.27.embed_tokens") == 0 &&
+		m[0].kind == DS_TK_EMBED, "%zu", nm);
+	T_CHECK(find(m, nm, "mtp.eh_proj") != NULL &&
+		find(m, nm, "mtp.eh_proj")->shape[0] == 2048 &&
+		find(m, nm, "mtp.eh_proj")->shape[1] == 4096 &&
+		strcmp(find(m, nm, "mtp.eh_proj")->hf, "model.layers.27.eh_proj") == 0);
+	T_CHECK(find(m, nm, "blk.27.ffn_up_exps") != NULL &&
+		find(m, nm, "blk.27.ffn_up_exps")->shape[0] == 64);
+	T_CHECK(find(m, nm, "mtp.head") != NULL &&
+		strcmp(find(m, nm, "mtp.head")->hf, "model.layers.27.shared_head.head") == 0 &&
+		find(m, nm, "mtp.head")->kind == DS_TK_OUTPUT);
+	T_CHECK(strcmp(find(m, nm, "mtp.head_norm")->hf,
+		       "model.layers.27.shared_head.norm.weight") == 0);
+	free(m);
+	hp.mtp_shares_embd = hp.mtp_shares_head = 1;
+	T_CHECK(ds_arch_mtp_tensors(&hp, &m, &nm, &err) == 0 && nm == 18 &&
+		find(m, nm, "mtp.embd") == NULL && find(m, nm, "mtp.head") == NULL);
+	j = ds_hparams_to_json(&hp);
+	b.arch = hp.arch;
+	T_CHECK(ds_hparams_from_json(&b, j, "model.meta", &err) == 0 &&
+		b.n_mtp == 1 && b.mtp_shares_embd && b.mtp_shares_head);
+	json_decref(j);
+	free(m);
+	free(d);
+	/* no MTP layer: an empty table */
+	hp.n_mtp = 0;
+	hp.mtp_shares_embd = hp.mtp_shares_head = 0;
+	T_CHECK(ds_arch_mtp_tensors(&hp, &m, &nm, &err) == 0 && nm == 0);
+	free(m);
+}
+
 static void test_tables(void)
 {
 	const ds_tdesc *t;
@@ -265,5 +330,6 @@ int main(void)
 	T_RUN(test_refusals);
 	T_RUN(test_meta_round_trip);
 	T_RUN(test_tables);
+	T_RUN(test_mtp);
 	return t_done();
 }

@@ -53,6 +53,26 @@ static json_t *meta_base(void)
 			 "source", "rtn", "bits", 4, "group_size", 32, "type", "q4g32");
 }
 
+/* The tensor table of hp, the MTP layer's after the main model's. */
+static int all_tensors(ds_tdesc **d, size_t *n, ds_err *err)
+{
+	ds_tdesc *m;
+	size_t nm;
+
+	if (ds_arch_tensors(&hp, d, n, err))
+		return -1;
+	if (ds_arch_mtp_tensors(&hp, &m, &nm, err)) {
+		free(*d);
+		return -1;
+	}
+	*d = realloc(*d, (*n + nm + 1) * sizeof **d);
+	if (nm > 0)
+		memcpy(*d + *n, m, nm * sizeof *m);
+	*n += nm;
+	free(m);
+	return 0;
+}
+
 /* Write a complete model to dst; *datas keeps each tensor's bytes. */
 static int write_model(uint8_t ***datas, size_t *count, int force,
 		       const char *extra)
@@ -64,7 +84,7 @@ static int write_model(uint8_t ***datas, size_t *count, int force,
 	json_t *meta;
 	int rc;
 
-	if (ds_arch_tensors(&hp, &d, &n, &err) || ds_mwriter_open(&w, dst, force, &err)) {
+	if (all_tensors(&d, &n, &err) || ds_mwriter_open(&w, dst, force, &err)) {
 		printf("# %s\n", err.msg);
 		return -1;
 	}
@@ -466,6 +486,97 @@ static void test_loader_extra_and_perm(void)
 	refuse_meta("unexpected tensor blk.9.attn_norm");
 }
 
+/* The MTP layer: checked as all others, handed out only when asked for,
+ * and last; a model.meta without its keys is one without it. */
+static void test_mtp(void)
+{
+	uint8_t **datas;
+	size_t n, nmain, nmtp, i;
+	ds_tdesc *d, *dm;
+	ds_model m;
+	ds_err err = { "" };
+	json_t *saved;
+	char p[160];
+	int ok = 1;
+
+	hp.n_mtp = 1;
+	hp.mtp_shares_embd = 1;
+	rm_dst();
+	T_CHECK(write_model(&datas, &n, 0, NULL) == 0);
+	T_CHECK(ds_arch_tensors(&hp, &d, &nmain, &err) == 0);
+	T_CHECK(ds_arch_mtp_tensors(&hp, &dm, &nmtp, &err) == 0);
+	/* blk.2.* (17 tensors of an MoE layer), enorm, hnorm, eh_proj,
+	 * head_norm, head: not the shared embedding */
+	T_CHECKF(nmtp == 22 && n == nmain + nmtp, "%zu MTP tensors", nmtp);
+	T_CHECK(strcmp(dm[nmtp - 1].name, "mtp.head") == 0 &&
+		strcmp(dm[2].name, "mtp.eh_proj") == 0 && dm[2].shape[1] == 128);
+	T_CHECK(ds_model_load(&m, dst, 0, &err) == 0);
+	T_CHECK(m.hp.n_mtp == 1 && m.n_tensors == nmain + 1 &&
+		m.n_mtp_tensors == 0);
+	T_CHECK(ds_model_tensor(&m, "mtp.eh_proj") == NULL &&
+		ds_model_tensor(&m, "blk.2.attn_kv_a") == NULL &&
+		ds_model_tensor(&m, "blk.1.attn_kv_a") != NULL);
+	ds_model_free(&m);
+	T_CHECK(ds_model_load(&m, dst, DS_LOAD_MTP, &err) == 0);
+	T_CHECK(m.n_tensors == n + 1 && m.n_mtp_tensors == nmtp);
+	for (i = 0; i < nmtp; i++) {
+		const ds_tensor *t = ds_model_tensor(&m, dm[i].name);
+
+		if (t == NULL || t < m.tensors + m.n_tensors - nmtp ||
+		    memcmp(t->data, datas[nmain + i], t->size) != 0)
+			ok = 0;
+	}
+	T_CHECK(ok);
+	T_CHECK(ds_model_verify(&m, &err) == 0);
+	ds_model_free(&m);
+	snprintf(p, sizeof p, "%s/model.meta", dst);
+	saved = meta;
+	meta = json_load_file(p, 0, NULL);
+	json_object_set_new(json_object_get(meta, "hparams"), "n_mtp", json_integer(2));
+	save_meta(meta);
+	T_CHECK(ds_model_load(&m, dst, 0, &err) == -1 &&
+		strstr(err.msg, "hparams.n_mtp = 2 is outside [0, 1]") != NULL);
+	json_object_set_new(json_object_get(meta, "hparams"), "n_mtp", json_integer(1));
+	json_object_set_new(json_object_get(meta, "hparams"), "mtp_shares_embd",
+			    json_integer(0));
+	save_meta(meta);
+	T_CHECK(ds_model_load(&m, dst, 0, &err) == -1 &&
+		strstr(err.msg, "tensor mtp.embd missing") != NULL);
+	json_object_set_new(json_object_get(meta, "hparams"), "mtp_shares_embd",
+			    json_integer(1));
+	json_object_set_new(json_object_get(meta, "hparams"), "n_mtp", json_integer(0));
+	save_meta(meta);
+	T_CHECK(ds_model_load(&m, dst, 0, &err) == -1 &&
+		strstr(err.msg, "mtp_shares_embd or mtp_shares_head set without") != NULL);
+	json_decref(meta);
+	meta = saved;
+	hp.n_mtp = 0;
+	hp.mtp_shares_embd = 0;
+	free(d);
+	free(dm);
+	free_datas(datas, n);
+	rm_dst();
+}
+
+/* A model.meta written before the MTP keys existed loads as before. */
+static void test_loader_no_mtp_keys(void)
+{
+	ds_model m;
+	ds_err err = { "" };
+	json_t *h = json_object_get(meta, "hparams");
+
+	T_CHECK(json_object_get(h, "n_mtp") != NULL);
+	json_object_del(h, "n_mtp");
+	json_object_del(h, "mtp_shares_embd");
+	json_object_del(h, "mtp_shares_head");
+	save_meta(meta);
+	T_CHECKF(ds_model_load(&m, dst, 0, &err) == 0, "%s", err.msg);
+	T_CHECK(m.hp.n_mtp == 0);
+	ds_model_free(&m);
+	restore();
+	save_meta(meta);
+}
+
 static void test_loader_files(void)
 {
 	char p[160];
@@ -532,7 +643,9 @@ int main(void)
 	T_RUN(test_loader_top);
 	T_RUN(test_loader_tensors);
 	T_RUN(test_loader_extra_and_perm);
+	T_RUN(test_loader_no_mtp_keys);
 	T_RUN(test_loader_files);
+	T_RUN(test_mtp);
 	json_decref(meta);
 	free(good_meta);
 	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

@@ -3,7 +3,7 @@
  *
  * The packers here are written from docs/formats/awq.md and gptq.md (what
  * AutoAWQ's WQLinear_GEMM.from_linear and AutoGPTQ's QuantLinear.pack do),
- * independently of libcore/quant.  Random integers q, z and fp16 scales
+ * independently of libcore/convert/quant.  Random integers q, z and fp16 scales
  * are packed, re-packed by the library, and every weight read back with
  * ds_dequant_row (the definition of the runtime layout) must equal
  * s * (q - z) computed here from the integers: exactly, since fp16 times a
@@ -677,7 +677,8 @@ static void test_module_checks(void)
 	ds_st_file file = { (char *)"m.safetensors", "m.safetensors",
 			    { NULL, 0, -1, -1 } };
 	ds_st st = { &file, 1, NULL, 0, NULL, 0 };
-	ds_qconfig q = { DS_QM_AWQ, 4, 64, 1, 0, 0, 0, "config.json", "gemm" };
+	ds_qconfig q = { .method = DS_QM_AWQ, .bits = 4, .group_size = 64,
+			  .zero_point = 1, .file = "config.json", .variant = "gemm" };
 	ds_st_tensor w = mk("p.qweight", DS_ST_I32, 256, 16);
 	ds_st_tensor z = mk("p.qzeros", DS_ST_I32, 4, 16);
 	ds_st_tensor s = mk("p.scales", DS_ST_F16, 4, 128);
@@ -719,6 +720,146 @@ static void test_module_checks(void)
 	check_fails(&q, &l, "desc_act is set but p.g_idx is missing");
 }
 
+/* ---- FP8 ------------------------------------------------------------------------ */
+
+/* Every code against the OFP8 E4M3 definition, written out independently:
+ * the 8 subnormals, the extremes, NaN only at S.1111.111. */
+static void test_fp8_values(void)
+{
+	int c, nan = 0;
+
+	for (c = 0; c < 256; c++) {
+		float v = ds_fp8_e4m3_value((uint8_t)c);
+		int e = (c >> 3) & 15, m = c & 7;
+		double want = e ? (1 + m / 8.0) * ldexp(1, e - 7) : m / 8.0 * ldexp(1, -6);
+
+		if ((c & 0x7f) == 0x7f) {
+			nan += isnan(v) != 0;
+			continue;
+		}
+		if (c & 0x80)
+			want = -want;
+		T_CHECKF(v == (float)want && !signbit(v) == !(c & 0x80),
+			 "code 0x%02x: %g, want %g", c, v, want);
+	}
+	T_CHECK(nan == 2);
+	T_CHECK(ds_fp8_e4m3_value(0x7e) == 448.0f && ds_fp8_e4m3_value(0xfe) == -448.0f);
+	T_CHECK(ds_fp8_e4m3_value(0x01) == 0x1p-9f && ds_fp8_e4m3_value(0x08) == 0x1p-6f);
+	T_CHECK(ds_fp8_e4m3_value(0x38) == 1.0f);
+	{
+		/* every finite code through the row path, scale 0.75 */
+		uint8_t w[254];
+		float out[254], sc = 0.75f;
+		ds_fp8_src s = { .w = w, .scale = (const uint8_t *)&sc, .n = 1,
+				 .k = 254, .bo = 128, .bi = 254 };
+		uint64_t br, bc;
+		int i, bad = 0;
+
+		for (c = 0, i = 0; c < 256; c++)
+			if ((c & 0x7f) != 0x7f)
+				w[i++] = (uint8_t)c;
+		T_CHECK(ds_fp8_rows(out, &s, 0, 1, &br, &bc) == 0);
+		for (i = 0; i < 254; i++)
+			bad += out[i] != ds_fp8_e4m3_value(w[i]) * 0.75f;
+		T_CHECK(bad == 0);
+	}
+}
+
+/* A [n, k] FP8 matrix of random non-NaN codes and random scales over
+ * blocks (bo, bi) that do not divide n and k: rows give code * scale of
+ * the right block, and the q8 / q4 / bf16 conversions are those of the
+ * same f32 matrix. */
+static void test_fp8_matrix(void)
+{
+	const uint64_t n = 45, k = 200;
+	const uint32_t bo = 16, bi = 64;
+	uint64_t R = (n + bo - 1) / bo, C = (k + bi - 1) / bi, i, r, c, br, bc;
+	uint8_t *w = malloc(n * k), *a, *b;
+	float *sc = malloc(R * C * 4), *f = malloc(n * k * 4);
+	uint16_t *h = malloc(n * k * 2);
+	ds_fp8_src s = { .w = w, .scale = (const uint8_t *)sc, .n = n, .k = k,
+			 .bo = bo, .bi = bi };
+	ds_ttype ts[3] = { { DS_Q8, 32 }, { DS_Q4, 64 }, { DS_BF16, 0 } };
+	ds_err err;
+	int t, bad = 0;
+
+	for (i = 0; i < n * k; i++) {
+		w[i] = (uint8_t)(t_rand(&seed) & 0xff);
+		if ((w[i] & 0x7f) == 0x7f)
+			w[i] ^= 1;
+	}
+	for (i = 0; i < R * C; i++)
+		sc[i] = 1e-3f * (1 + t_randf(&seed));
+	T_CHECK(ds_fp8_rows(f, &s, 0, n, &br, &bc) == 0);
+	for (r = 0; r < n; r++)
+		for (c = 0; c < k; c++)
+			bad += f[r * k + c] != ds_fp8_e4m3_value(w[r * k + c]) *
+					       sc[(r / bo) * C + c / bi];
+	T_CHECK(bad == 0);
+	for (t = 0; t < 3; t++) {
+		uint64_t bytes;
+
+		T_CHECK(ds_tensor_bytes(ts[t], 2, (uint64_t[]){ n, k }, &bytes) == 0);
+		a = malloc(bytes);
+		b = malloc(bytes);
+		T_CHECK(ds_fp8_matrix(a, ts[t], &s, 3, &err) == 0);
+		if (ts[t].dt == DS_BF16) {
+			for (i = 0; i < n * k; i++)
+				h[i] = ds_f32_to_bf16(f[i]);
+			ds_pack_bf16(b, h, n, k);
+		} else {
+			T_CHECK((ts[t].dt == DS_Q8 ? ds_quantize_q8 : ds_quantize_q4)(
+					b, f, n, k, ts[t].group) == 0);
+		}
+		T_CHECKF(memcmp(a, b, bytes) == 0, "type %d differs", t);
+		free(a);
+		free(b);
+	}
+	/* a NaN code and a scale that is not finite are named by position */
+	a = malloc(n * 1024);
+	w[33 * k + 150] = 0xff;
+	w[40 * k + 3] = 0x7f;
+	T_CHECK(ds_fp8_matrix(a, ts[0], &s, 2, &err) == -1);
+	T_CHECKF(strcmp(err.msg, "NaN code 0xff at [33, 150]") == 0, "%s", err.msg);
+	w[33 * k + 150] = 0;
+	w[40 * k + 3] = 0;
+	sc[1 * C + 2] = INFINITY;
+	T_CHECK(ds_fp8_matrix(a, ts[0], &s, 1, &err) == -1);
+	T_CHECKF(strcmp(err.msg, "scale of block [1, 2] is not finite") == 0, "%s",
+		 err.msg);
+	free(a);
+	free(w);
+	free(sc);
+	free(f);
+	free(h);
+}
+
+static void test_fp8_detect(void)
+{
+	ds_qconfig q;
+	ds_err err;
+
+	T_CHECK(detect_text("quantize_config.json", "{\"quant_method\":\"fp8\","
+			    "\"fmt\":\"e4m3\",\"weight_block_size\":[128,64],"
+			    "\"activation_scheme\":\"dynamic\"}", DS_QF_FP8, &q,
+			    &err) == 0);
+	T_CHECK(q.method == DS_QM_FP8 && q.block[0] == 128 && q.block[1] == 64);
+	T_CHECK(detect_text("quantize_config.json", "{\"quant_method\":\"fp8\","
+			    "\"fmt\":\"e4m3\",\"weight_block_size\":[128,128],"
+			    "\"scale_fmt\":\"ue8m0\"}", DS_QF_AUTO, &q, &err) == 0);
+	refuse_q("quantize_config.json", "{\"quant_method\":\"fp8\",\"fmt\":"
+		 "\"e4m3\",\"weight_block_size\":[0,128]}", "weight_block_size[0]");
+	refuse_q("quantize_config.json", "{\"quant_method\":\"fp8\",\"fmt\":"
+		 "\"e4m3\",\"weight_block_size\":[128]}", "not two integers");
+	refuse_q("quantize_config.json", "{\"quant_method\":\"fp8\",\"fmt\":"
+		 "\"e4m3\",\"weight_block_size\":[128,128],\"scale_fmt\":\"x\"}",
+		 "scale_fmt");
+	T_CHECK(detect_text("quantize_config.json", "{\"quant_method\":\"fp8\","
+			    "\"fmt\":\"e4m3\",\"weight_block_size\":[128,128]}",
+			    DS_QF_GPTQ, &q, &err) == -1 &&
+		strstr(err.msg, "describes fp8 quantization") != NULL);
+}
+
 int main(void)
 {
 	char cmd[96];
@@ -738,6 +879,9 @@ int main(void)
 	T_RUN(test_detect);
 	T_RUN(test_detect_refusals);
 	T_RUN(test_module_checks);
+	T_RUN(test_fp8_values);
+	T_RUN(test_fp8_matrix);
+	T_RUN(test_fp8_detect);
 	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
 	if (system(cmd) != 0)
 		return 1;

@@ -77,10 +77,64 @@ static const char tm_dsv3[] =
 	"   \"original_max_position_embeddings\": 64, \"beta_fast\": 32,"
 	"   \"beta_slow\": 1, \"mscale\": 1.0, \"mscale_all_dim\": 1.0}}";
 
+/* deepseek_v2 with q LoRA: softmax greedy routing normalized (not
+ * scaled), two shared experts, every layer MoE, no rope scaling */
+static const char tm_dsv2q[] =
+	"{\"model_type\": \"deepseek_v2\", \"vocab_size\": 256, \"hidden_size\": 64,"
+	" \"num_hidden_layers\": 2, \"num_attention_heads\": 2,"
+	" \"num_key_value_heads\": 2, \"intermediate_size\": 128,"
+	" \"max_position_embeddings\": 256, \"rms_norm_eps\": 1e-6,"
+	" \"rope_theta\": 10000.0, \"tie_word_embeddings\": false,"
+	" \"bos_token_id\": 1, \"eos_token_id\": 2,"
+	" \"q_lora_rank\": 48, \"kv_lora_rank\": 32, \"qk_nope_head_dim\": 16,"
+	" \"qk_rope_head_dim\": 16, \"v_head_dim\": 16,"
+	" \"moe_intermediate_size\": 32, \"n_routed_experts\": 6,"
+	" \"num_experts_per_tok\": 2, \"n_shared_experts\": 2,"
+	" \"first_k_dense_replace\": 0, \"moe_layer_freq\": 1,"
+	" \"topk_method\": \"greedy\", \"scoring_func\": \"softmax\","
+	" \"norm_topk_prob\": true, \"routed_scaling_factor\": 1.5}";
+
+/* A random permutation of 0 .. k-1 (Fisher-Yates). */
+static void tm_perm(int32_t *p, uint64_t k, uint64_t *seed)
+{
+	uint64_t i;
+
+	for (i = 0; i < k; i++)
+		p[i] = (int32_t)i;
+	for (i = k; i > 1; i--) {
+		uint64_t j = t_rand(seed) % i;
+		int32_t x = p[i - 1];
+
+		p[i - 1] = p[j];
+		p[j] = x;
+	}
+}
+
+/* NAME.perm for matrix e: an act-order input permutation per expert, as
+ * ds-convert writes for GPTQ checkpoints quantized with desc_act. */
+static int tm_write_perm(ds_mwriter *w, const ds_tdesc *e, uint64_t *seed,
+			 ds_err *err)
+{
+	uint64_t ne = e->ndim == 3 ? e->shape[0] : 1, k = e->shape[e->ndim - 1];
+	uint64_t shape[2] = { ne, k }, j;
+	int32_t *p = malloc(ne * k * sizeof *p);
+	char name[64];
+	int rc;
+
+	for (j = 0; j < ne; j++)
+		tm_perm(p + j * k, k, seed);
+	snprintf(name, sizeof name, "%s.perm", e->name);
+	rc = ds_mwriter_tensor(w, name, (ds_ttype){ DS_I32, 0 }, e->ndim - 1,
+			       e->ndim == 3 ? shape : shape + 1, p, err);
+	free(p);
+	return rc;
+}
+
 /* Write a random model of config `cfg` with matrices of type `mt` into
- * dir (replacing it).  0 on success. */
-static int tm_write(const char *dir, const char *cfg, const char *mt,
-		    uint64_t *seed)
+ * dir (replacing it); with perm (q4 and q8 types), every linear layer
+ * gets an act-order permutation of its inputs.  0 on success. */
+static int tm_write_opt(const char *dir, const char *cfg, const char *mt,
+			int perm, uint64_t *seed)
 {
 	json_error_t je;
 	json_t *c = json_loads(cfg, 0, &je), *meta;
@@ -143,7 +197,8 @@ static int tm_write(const char *dir, const char *cfg, const char *mt,
 			}
 			free(h);
 		}
-		if (ds_mwriter_tensor(&w, e->name, tt, e->ndim, e->shape, buf, &err)) {
+		if (ds_mwriter_tensor(&w, e->name, tt, e->ndim, e->shape, buf, &err) ||
+		    (perm && e->kind == DS_TK_MATRIX && tm_write_perm(&w, e, seed, &err))) {
 			printf("# tm_write: %s\n", err.msg);
 			free(buf);
 			free(f);
@@ -166,6 +221,12 @@ out:
 	ds_mwriter_abort(&w);
 	free(d);
 	return rc;
+}
+
+static int tm_write(const char *dir, const char *cfg, const char *mt,
+		    uint64_t *seed)
+{
+	return tm_write_opt(dir, cfg, mt, 0, seed);
 }
 
 #endif

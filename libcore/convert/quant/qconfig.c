@@ -11,7 +11,7 @@
 
 #define MAX_QCONFIG_BYTES (1u << 20)
 
-static const char *const method_names[] = { "none", "awq", "gptq" };
+static const char *const method_names[] = { "none", "awq", "gptq", "fp8" };
 
 /* ---- finding the settings ------------------------------------------------------ */
 
@@ -126,6 +126,54 @@ static int read_gptq(ds_qconfig *q, const json_t *o, ds_err *err)
 	return 0;
 }
 
+/* DeepSeek-V3's block-scaled FP8: fmt e4m3, weight_block_size [bo, bi],
+ * dynamic activations (nothing of them is stored). */
+static int read_fp8(ds_qconfig *q, const json_t *o, ds_err *err)
+{
+	const json_t *fmt = json_object_get(o, "fmt");
+	const json_t *bs = json_object_get(o, "weight_block_size");
+	const json_t *act = json_object_get(o, "activation_scheme");
+	const json_t *sf = json_object_get(o, "scale_fmt");
+	size_t i;
+
+	q->method = DS_QM_FP8;
+	q->bits = 8;
+	strcpy(q->variant, "e4m3");
+	if (fmt != NULL && !(json_is_string(fmt) &&
+			     lower_eq(json_string_value(fmt), "e4m3")))
+		return ds_errf(err, "%s: fp8 fmt %s%.16s%s is not supported (e4m3)",
+			       q->file, json_is_string(fmt) ? "\"" : "",
+			       json_is_string(fmt) ? json_string_value(fmt) :
+			       "that is not a string", json_is_string(fmt) ? "\"" : "");
+	if (bs == NULL || json_is_null(bs))
+		return ds_errf(err, "%s: fp8 weight_block_size missing (only "
+			       "block-scaled FP8 is supported)", q->file);
+	if (!json_is_array(bs) || json_array_size(bs) != 2)
+		return ds_errf(err, "%s: fp8 weight_block_size is not two integers",
+			       q->file);
+	for (i = 0; i < 2; i++) {
+		const json_t *v = json_array_get(bs, i);
+
+		if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+		    json_integer_value(v) > 65536)
+			return ds_errf(err, "%s: fp8 weight_block_size[%zu] is not "
+				       "an integer in [1, 65536]", q->file, i);
+		q->block[i] = (uint32_t)json_integer_value(v);
+	}
+	q->group_size = (int32_t)q->block[1];
+	if (act != NULL && !json_is_null(act) &&
+	    !(json_is_string(act) && strcmp(json_string_value(act), "dynamic") == 0))
+		return ds_errf(err, "%s: fp8 activation_scheme other than "
+			       "\"dynamic\" is not supported", q->file);
+	/* V3.1 trains its scales as powers of two; they are stored as F32 and
+	 * dequantize by the same rule */
+	if (sf != NULL && !json_is_null(sf) &&
+	    !(json_is_string(sf) && strcmp(json_string_value(sf), "ue8m0") == 0))
+		return ds_errf(err, "%s: fp8 scale_fmt is not supported (only "
+			       "\"ue8m0\")", q->file);
+	return 0;
+}
+
 /* The method of settings object o from file `file`. */
 static int read_settings(ds_qconfig *q, const json_t *o, ds_err *err)
 {
@@ -153,13 +201,9 @@ static int read_settings(ds_qconfig *q, const json_t *o, ds_err *err)
 	if (lower_eq(s, "gptq"))
 		return read_gptq(q, o, err);
 	if (lower_eq(s, "fp8"))
-		return ds_errf(err, "%s: fp8 weights (DeepSeek-V3's official FP8 "
-			       "release) are not supported: convert them to BF16 "
-			       "first (DeepSeek's inference/fp8_cast_bf16.py) and "
-			       "drop quantization_config from config.json",
-			       q->file);
+		return read_fp8(q, o, err);
 	return ds_errf(err, "%s: quant_method \"%.32s\" is not supported (awq, "
-		       "gptq)", q->file, s);
+		       "gptq, fp8)", q->file, s);
 }
 
 static json_t *load_json(const char *dir, const char *name, ds_err *err,
@@ -187,9 +231,10 @@ static json_t *load_json(const char *dir, const char *name, ds_err *err,
 
 static int check_want(const ds_qconfig *q, enum ds_qformat want, ds_err *err)
 {
-	static const char *const fmt[] = { "auto", "awq", "gptq", "none" };
+	static const char *const fmt[] = { "auto", "awq", "gptq", "none", "fp8" };
 	enum ds_qmethod need = want == DS_QF_AWQ ? DS_QM_AWQ
-			       : want == DS_QF_GPTQ ? DS_QM_GPTQ : DS_QM_NONE;
+			       : want == DS_QF_GPTQ ? DS_QM_GPTQ
+			       : want == DS_QF_FP8 ? DS_QM_FP8 : DS_QM_NONE;
 
 	if (want == DS_QF_AUTO || q->method == need)
 		return 0;
@@ -386,6 +431,9 @@ int ds_quant_check(const ds_qconfig *q, const ds_qlinear *l, ds_ttype *rt,
 		return check_awq(q, l, err);
 	if (q->method == DS_QM_GPTQ)
 		return check_gptq(q, l, needs_perm, err);
+	if (q->method == DS_QM_FP8)
+		return ds_errf(err, "%s: tensor %s: AWQ/GPTQ packing in an FP8 "
+			       "checkpoint", l->module, l->qweight->name);
 	return ds_errf(err, "%s: quantized tensors (%s) but no quantization "
 		       "settings (quantization_config, quantize_config.json)",
 		       l->module, l->qweight->name);

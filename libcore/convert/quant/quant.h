@@ -32,9 +32,9 @@
 
 struct json_t;
 
-enum ds_qmethod { DS_QM_NONE, DS_QM_AWQ, DS_QM_GPTQ };
+enum ds_qmethod { DS_QM_NONE, DS_QM_AWQ, DS_QM_GPTQ, DS_QM_FP8 };
 /* --quant-format */
-enum ds_qformat { DS_QF_AUTO, DS_QF_AWQ, DS_QF_GPTQ, DS_QF_NONE };
+enum ds_qformat { DS_QF_AUTO, DS_QF_AWQ, DS_QF_GPTQ, DS_QF_NONE, DS_QF_FP8 };
 
 typedef struct ds_qconfig {
 	enum ds_qmethod method;
@@ -45,7 +45,8 @@ typedef struct ds_qconfig {
 	int desc_act;           /* GPTQ: act-order */
 	int v2;                 /* GPTQ: zeros stored as is (gptq_v2) */
 	char file[40];          /* where the settings were found */
-	char variant[24];       /* "gemm", "gptq", "gptq_v2" */
+	char variant[24];       /* "gemm", "gptq", "gptq_v2", "e4m3" */
+	uint32_t block[2];      /* FP8: weight_block_size [out, in] */
 } ds_qconfig;
 
 /* Find the quantization settings: config.json's quantization_config
@@ -117,5 +118,33 @@ void ds_to_f32(float *dst, const uint8_t *src, enum ds_st_dtype dt,
 	       uint64_t count);
 /* 1 for F32, F16, BF16. */
 int ds_st_is_float(enum ds_st_dtype dt);
+
+/* ---- FP8 sources (fp8.c; docs/formats/fp8.md) ---------------------------------
+ * DeepSeek-V3's block-scaled FP8: a weight [n, k] of F8_E4M3 (e4m3fn) codes
+ * and its weight_scale_inv, F32 [ceil(n/bo), ceil(k/bi)]; weight (r, c) is
+ * the code's value times the scale of block (r/bo, c/bi), computed in f32
+ * (exact up to that one product's rounding). */
+
+/* The value of an e4m3fn code: 0x7f and 0xff are NaN, the rest finite
+ * (largest 448), subnormals below 2^-6. */
+float ds_fp8_e4m3_value(uint8_t code);
+
+typedef struct ds_fp8_src {
+	const uint8_t *w;        /* [n][k] codes */
+	const uint8_t *scale;    /* [ceil(n/bo)][ceil(k/bi)] F32, unaligned */
+	uint64_t n, k;
+	uint32_t bo, bi;         /* block rows (outputs) and columns (inputs) */
+} ds_fp8_src;
+
+/* Dequantize into t: bf16 (round to nearest even), q8 or q4 by
+ * round-to-nearest (ds_quantize_q8/q4).  A NaN code or a scale that is
+ * not finite is an error naming its position ("NaN code 0x7f at [r, c]"). */
+int ds_fp8_matrix(uint8_t *dst, ds_ttype t, const ds_fp8_src *s, int threads,
+		  ds_err *err);
+/* Rows [r0, r0 + rows) as f32 into out[rows][k]; -1 and bad_r, bad_c at
+ * the first NaN code, -2 at the first scale that is not finite (bad_r,
+ * bad_c: its block). */
+int ds_fp8_rows(float *out, const ds_fp8_src *s, uint64_t r0, uint64_t rows,
+		uint64_t *bad_r, uint64_t *bad_c);
 
 #endif

@@ -1,6 +1,6 @@
-/* internal.h - shared inside libcore/tune: the reasons behind each
- * setting (the advice of show and the plan's comments; ds-tune(8) has the
- * long form of each, with how it was measured) and the action list. */
+/* internal.h - shared inside libcore/host/tune: the reasons behind each
+ * setting (the advice of show and the plan's comments; ds-tune(8) has
+ * the long form of each, with how it was measured) and the action list. */
 #ifndef DS_TUNE_INTERNAL_H
 #define DS_TUNE_INTERNAL_H
 

@@ -40,11 +40,17 @@ def main(src, model):
         hf.update(ckpt.read_safetensors(f))
     meta, tensors = ckpt.read_ds_model(model)
     seen, n, cache = set(), 0, {}
+    hp = meta["hparams"]
+    shared = {"mtp.embd": "token_embd" if hp.get("mtp_shares_embd") else None,
+              "mtp.head": ("token_embd" if hp["tie_embeddings"] else "output")
+              if hp.get("mtp_shares_head") else None}
+    mtp_pre = "model.layers.%d." % cfg["num_hidden_layers"]
     for name, shape, kind in ckpt.hf_tensors(cfg):
-        if kind == "mtp":
-            continue
-        tname = name + ".weight" if kind == "linear" else name
+        if name.startswith(mtp_pre) and not hp.get("n_mtp"):
+            continue    # not carried (gen-fixture --mtp absent)
+        tname = name + ".weight" if kind in ("linear", "mtp_linear", "mtp_head") else name
         ds, e = ckpt.ds_name(name)
+        ds = shared.get(ds) or ds
         if ds not in tensors:
             print("%s: no %s in the model" % (name, ds))
             return 1
