@@ -34,7 +34,7 @@ static int tm_reopen(tm *t, int threads, uint32_t slots, uint32_t ctx,
 		     enum ds_kvtype kt)
 {
 	ds_pool_opts po = { threads, NULL, 0 };
-	ds_fwd_opts fo = { 64 };
+	ds_fwd_opts fo = { .max_batch = 64 };
 	ds_err err;
 
 	memset(t, 0, sizeof *t);

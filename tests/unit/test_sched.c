@@ -27,7 +27,7 @@ typedef struct eng {
 static int eng_open(eng *e, uint32_t slots, uint32_t ctx, uint32_t batch)
 {
 	ds_pool_opts po = { 2, NULL, 0 };
-	ds_fwd_opts fo = { 64 };
+	ds_fwd_opts fo = { .max_batch = 64 };
 	ds_sched_opts so = { .n_batch = batch };
 	ds_err err;
 
