@@ -639,7 +639,7 @@ static int spec_propose(ds_sched *s, ds_err *err)
 		sreq *r = s->slots[i];
 		ds_spec_seq *q;
 
-		if (r == NULL || !r->fed || r->done)
+		if (r == NULL || !r->fed || r->done || !r->spec)
 			continue;
 		r->fed = 0;
 		q = &r->sq;

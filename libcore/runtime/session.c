@@ -100,9 +100,12 @@ static int chat_and_stops(ds_session *s, const ds_session_opts *o, ds_err *err)
 static int load_model(ds_session *s, const ds_session_opts *o, ds_err *err)
 {
 	double t0 = ds_now_s();
+	ds_load_opts lo = o->load;
 	int rc;
 
-	rc = ds_model_open(&s->m, s->pool, o->dir, &o->load, &s->pl, s->warn,
+	/* the MTP module's tensors only when it drafts */
+	lo.mtp = o->spec == DS_SPEC_MTP;
+	rc = ds_model_open(&s->m, s->pool, o->dir, &lo, &s->pl, s->warn,
 			   sizeof s->warn, err);
 	s->have_model = 1;      /* freeable whatever the outcome */
 	s->t_load = ds_now_s() - t0;
@@ -145,9 +148,15 @@ static int open_drafter(ds_session *s, const ds_session_opts *o, ds_err *err)
 			return ds_errf(err, "speculative decoding with a draft model "
 				       "needs the draft model's directory");
 		return ds_draft_open(&s->drafter, &d, err);
-	case DS_SPEC_MTP:
-		return ds_errf(err, "%s: no multi-token-prediction module in this "
-			       "build", o->dir);
+	case DS_SPEC_MTP: {
+		ds_fwd_info fi;
+		ds_mtp_opts mo = { .m = &s->m, .pool = s->pool, .n_slot = s->kv.n_slot,
+				   .n_ctx = s->n_ctx, .kv_type = o->kv_type };
+
+		ds_fwd_get_info(s->fwd, &fi);
+		mo.max_batch = fi.max_batch;
+		return ds_mtp_open(&s->drafter, &mo, err);
+	}
 	}
 	return 0;
 }

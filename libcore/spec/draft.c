@@ -22,13 +22,6 @@
 #include "drafter.h"
 #include "tokenizer/tokenizer.h"
 
-typedef struct dslot {
-	ds_sampler smp;           /* the request's chain without its penalty */
-	int have_smp;
-	ds_tokprob *q;            /* [DS_SPEC_MAX_K][n_vocab] sampled drafts'
-				     distributions, NULL until needed */
-} dslot;
-
 typedef struct dmodel {
 	ds_drafter base;
 	ds_model m;
@@ -41,66 +34,13 @@ typedef struct dmodel {
 	int32_t *tok, *pos, *seq;
 	uint8_t *want;
 	ds_spec_seq **owner;      /* [max_batch] the sequence of a wanted row */
-	dslot *slots;
+	ds_spec_pick *slots;       /* [n_slot] */
 } dmodel;
-
-/* ---- picking a draft ---------------------------------------------------------------- */
-
-static double uniform(uint64_t *g)
-{
-	return (double)(ds_xorshift64s(g) >> 11) * 0x1p-53;
-}
-
-/* A sampled draft: the request's chain (penalty done) over the logits,
- * a draw from it, and the distribution kept as q. */
-static int sampled(dmodel *d, ds_spec_seq *q, float *logits, int32_t *t, ds_err *err)
-{
-	dslot *sl = &d->slots[q->slot];
-	ds_tokprob *dist;
-	double u, acc = 0;
-	int n, i, m = 0;
-
-	if (!sl->have_smp) {
-		ds_sampler_params p = *q->sp;
-
-		p.repeat_penalty = 1;
-		if (ds_sampler_init(&sl->smp, &p, (int)d->n_vocab, err))
-			return -1;
-		sl->have_smp = 1;
-	}
-	if (sl->q == NULL &&
-	    (sl->q = ds_calloc((size_t)DS_SPEC_MAX_K * d->n_vocab, sizeof *sl->q, err)) == NULL)
-		return -1;
-	dist = sl->q + (size_t)q->n_draft * d->n_vocab;
-	n = ds_sampler_dist(&sl->smp, logits, dist);
-	u = uniform(q->rng);
-	*t = dist[n - 1].id;
-	for (i = 0; i < n; i++)
-		if (u < (acc += dist[i].p)) {
-			*t = dist[i].id;
-			break;
-		}
-	/* the target's vocabulary only: p is 0 elsewhere, so those ids
-	 * play no part in the rule (a draft among them ends the drafts) */
-	for (i = 0; i < n; i++)
-		if ((uint32_t)dist[i].id < d->target_vocab)
-			dist[m++] = dist[i];
-	q->q[q->n_draft] = dist;
-	q->n_q[q->n_draft] = m;
-	return 0;
-}
 
 static int pick(dmodel *d, ds_spec_seq *q, float *logits, ds_err *err)
 {
-	int32_t t;
-
-	ds_spec_penalize(logits, d->n_vocab, q->sp, q->tok, q->n_tok, q->draft, q->n_draft);
-	if (q->sp->temp <= 0 || d->point)
-		t = ds_argmax(logits, (int)d->n_vocab);
-	else if (sampled(d, q, logits, &t, err))
-		return -1;
-	q->draft[q->n_draft++] = t;
-	return 0;
+	return ds_spec_pick_draft(&d->slots[q->slot], q, logits, d->n_vocab,
+				  d->target_vocab, d->point, err);
 }
 
 /* ---- passes -------------------------------------------------------------------------- */
@@ -192,12 +132,9 @@ static int draft_propose(ds_drafter *dr, const ds_fwd *target,
 static void draft_release(ds_drafter *dr, uint32_t slot)
 {
 	dmodel *d = (dmodel *)dr;
-	dslot *sl = &d->slots[slot];
 
 	ds_kvcache_seq_keep(&d->kv, slot, 0);
-	if (sl->have_smp)
-		ds_sampler_free(&sl->smp);
-	sl->have_smp = 0;
+	ds_spec_pick_release(&d->slots[slot]);
 }
 
 static void draft_free(ds_drafter *dr)
@@ -205,10 +142,8 @@ static void draft_free(ds_drafter *dr)
 	dmodel *d = (dmodel *)dr;
 	uint32_t i;
 
-	for (i = 0; d->slots && i < d->kv.n_slot; i++) {
-		draft_release(dr, i);
-		free(d->slots[i].q);
-	}
+	for (i = 0; d->slots && i < d->kv.n_slot; i++)
+		ds_spec_pick_free(&d->slots[i]);
 	free(d->slots);
 	free(d->tok);
 	free(d->pos);

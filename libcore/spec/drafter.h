@@ -98,6 +98,39 @@ typedef struct ds_draft_opts {
 
 int ds_draft_open(ds_drafter **d, const ds_draft_opts *o, ds_err *err);
 
+/* DeepSeek's multi-token-prediction module of the target model m (loaded
+ * with DS_LOAD_MTP): its own forward over the target's weights, a cache
+ * of one layer of n_slot x n_ctx; batches of up to max_batch entries (the
+ * target's, whose pass rows it reads). */
+typedef struct ds_mtp_opts {
+	const ds_model *m;
+	ds_pool *pool;
+	uint32_t n_slot, n_ctx, max_batch;
+	enum ds_kvtype kv_type;
+} ds_mtp_opts;
+
+int ds_mtp_open(ds_drafter **d, const ds_mtp_opts *o, ds_err *err);
+
+/* A draft from a model's logits (the draft model's, the MTP module's):
+ * the request's repetition penalty over the sequence and the drafts so
+ * far, then the argmax (greedy requests, or point drafts), or a draw from
+ * the request's chain over them, kept as the draft's q.  One per slot. */
+typedef struct ds_spec_pick {
+	ds_sampler smp;             /* the request's chain without its penalty */
+	int have_smp;
+	ds_tokprob *q;              /* [DS_SPEC_MAX_K][n_vocab], NULL until
+				       a sampled draft needs it */
+} ds_spec_pick;
+
+/* Appends q->draft[q->n_draft++] from logits[n_vocab] (modified); ids
+ * below target_vocab only in q. */
+int ds_spec_pick_draft(ds_spec_pick *pk, ds_spec_seq *q, float *logits,
+		       uint32_t n_vocab, uint32_t target_vocab, int point,
+		       ds_err *err);
+/* The slot's request ended; _free also gives back q. */
+void ds_spec_pick_release(ds_spec_pick *pk);
+void ds_spec_pick_free(ds_spec_pick *pk);
+
 /* The request's repetition penalty (sampler.h's rule: each distinct
  * token of the last repeat_last_n once) over tok[0..n_tok) followed by
  * extra[0..n_extra), applied to logits[n_vocab]: drafts made under the
