@@ -4,7 +4,8 @@
  * row equal plain decoding's on each architecture, one slot or three;
  * sampled output follows plain sampling's distribution (two-sample
  * chi-square over a fixed set of seeds) and is reproducible whatever runs
- * beside it; the draft-model drafter refuses another vocabulary.
+ * beside it; the draft-model drafter refuses another vocabulary; the MTP
+ * module's pass and its drafts against the reference (model/ref.h).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 
 #include "harness.h"
 #include "model/forward.h"
+#include "model/ref.h"
 #include "runtime/sched.h"
 #include "spec/drafter.h"
 #include "tmodel.h"
@@ -244,6 +246,18 @@ static void submit(eng *e, const int32_t *p, size_t n, int64_t gen,
 	ds_err err;
 
 	T_CHECK(ds_sched_submit(e->s, &r, NULL, &err) == 0);
+}
+
+static void submit_one(ds_sched *s, const int32_t *p, size_t n, int64_t gen,
+		       const ds_sampler_params *sp, out *o)
+{
+	ds_req r = {
+		.prompt = p, .n_prompt = n, .sp = *sp, .n_predict = gen,
+		.cb = { .on_token = on_token, .on_done = on_done, .user = o },
+	};
+	ds_err err;
+
+	T_CHECK(ds_sched_submit(s, &r, NULL, &err) == 0);
 }
 
 /* NP prompts (lengths 3 to 30, the last repeating itself) through a
@@ -595,6 +609,250 @@ static void test_draft_vocab(void)
 	ds_remove_tree(dir2);
 }
 
+/* ---- the MTP module ---------------------------------------------------------------- */
+
+/* tm_dsv3 with one multi-token-prediction layer (its own embedding and
+ * head, as tm_write writes them). */
+static const char *mtp_cfg(void)
+{
+	static char cfg[sizeof tm_dsv3 + 64];
+	const char *at = strchr(tm_dsv3, '{');
+
+	snprintf(cfg, sizeof cfg, "{\"num_nextn_predict_layers\": 1, %s", at + 1);
+	return cfg;
+}
+
+static double rms_of(const float *x, size_t n)
+{
+	double s = 0;
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		s += (double)x[i] * x[i];
+	return sqrt(s / (double)n);
+}
+
+/* The module's pass (ds_fwd_mtp over the main pass's ds_fwd_hidden rows)
+ * gives the reference's logits (ds_ref_mtp) within f32's budget (1e-5 of
+ * the logits' rms, budget.h), prompt in one batch. */
+static void test_mtp_pass(void)
+{
+	enum { N = 12 };
+	char dir[64];
+	int32_t tok[N], pos[N], seq[N] = { 0 };
+	uint8_t want[N];
+	uint32_t rows[N];
+	ds_pool_opts po = { .threads = 2 };
+	ds_fwd_opts mo = { .max_batch = 32, .mtp = 1 };
+	ds_pool *pool = NULL;
+	ds_fwd *f = NULL, *g = NULL;
+	ds_kvcache kv, kv1;
+	ds_hparams one;
+	ds_model m;
+	ds_err err;
+	float *ref = NULL, *hid = NULL;
+	size_t V, H, i;
+	double worst = 0, r;
+
+	snprintf(dir, sizeof dir, "/tmp/ds-test-spec-%d", (int)getpid());
+	if (tm_write(dir, mtp_cfg(), "f32", &seed) ||
+	    ds_model_load(&m, dir, DS_LOAD_POPULATE | DS_LOAD_MTP, &err)) {
+		T_CHECK(0);
+		return;
+	}
+	V = m.hp.n_vocab;
+	H = m.hp.n_embd;
+	for (i = 0; i < N; i++) {
+		tok[i] = (int32_t)(t_rand(&seed) % V);
+		pos[i] = (int32_t)i;
+		want[i] = 1;
+		rows[i] = (uint32_t)i;
+	}
+	ref = malloc((N - 1) * V * sizeof *ref);
+	hid = malloc(N * H * sizeof *hid);
+	one = m.hp;
+	one.n_layer = 1;
+	T_CHECK(ds_ref_mtp(&m, tok, N, ref, &err) == 0);
+	if (ds_pool_init(&pool, &po, &err) || ds_fwd_init(&f, &m, pool, NULL, &err) ||
+	    ds_fwd_init(&g, &m, pool, &mo, &err) ||
+	    ds_kvcache_init(&kv, &m.hp, 1, 64, DS_KV_F32, &err) ||
+	    ds_kvcache_init(&kv1, &one, 1, 64, DS_KV_F32, &err)) {
+		printf("# %s\n", err.msg);
+		T_CHECK(0);
+		goto out;
+	}
+	{
+		ds_batch b = { N, tok, pos, seq, NULL };
+		ds_batch c = { N - 1, tok + 1, pos, seq, want };
+
+		T_CHECK(ds_fwd_decode(f, &kv, &b, &err) == 0);
+		ds_fwd_hidden(f, rows, N - 1, hid);
+		T_CHECK(ds_fwd_mtp(g, &kv1, &c, hid, &err) == 0);
+		/* the main forward runs the main model, the module's only it */
+		T_CHECK(ds_fwd_mtp(f, &kv, &c, hid, &err) == -1);
+		T_CHECK(ds_fwd_decode(g, &kv1, &b, &err) == -1);
+	}
+	r = rms_of(ref, (N - 1) * V);
+	for (i = 0; i < (N - 1) * V; i++) {
+		size_t row = i / V;
+		double d = fabs((double)ds_fwd_logits(g, row)[i % V] - ref[i]) / r;
+
+		worst = d > worst ? d : worst;
+	}
+	printf("# MTP pass against the reference: largest deviation %.3g of the rms\n", worst);
+	T_CHECK(worst <= 1e-5);
+	ds_kvcache_free(&kv);
+	ds_kvcache_free(&kv1);
+out:
+	ds_fwd_free(f);
+	ds_fwd_free(g);
+	if (pool)
+		ds_pool_free(pool);
+	free(ref);
+	free(hid);
+	ds_model_free(&m);
+	ds_remove_tree(dir);
+}
+
+/* Wraps the MTP drafter and records each first draft with the sequence
+ * it was drafted for. */
+typedef struct rec {
+	ds_drafter base;
+	ds_drafter *in;
+	int32_t seq[4][96];
+	size_t n_seq[4];
+	int32_t first[4][32];
+	size_t n_final[4][32], n_first[4];
+} rec;
+
+static int rec_propose(ds_drafter *d, const ds_fwd *t, ds_spec_seq *const *seqs,
+		       size_t n, ds_err *err)
+{
+	rec *rc = (rec *)d;
+	size_t i;
+
+	if (rc->in->propose(rc->in, t, seqs, n, err))
+		return -1;
+	for (i = 0; i < n; i++) {
+		const ds_spec_seq *q = seqs[i];
+		uint32_t s = q->slot;
+
+		if (q->n_draft == 0 || rc->n_first[s] == 32 || q->n_tok > 96)
+			continue;
+		memcpy(rc->seq[s], q->tok, q->n_tok * sizeof *q->tok);
+		rc->n_seq[s] = q->n_tok;
+		rc->n_final[s][rc->n_first[s]] = q->n_final;
+		rc->first[s][rc->n_first[s]++] = q->draft[0];
+	}
+	return 0;
+}
+
+static void rec_release(ds_drafter *d, uint32_t slot) { ((rec *)d)->in->release(((rec *)d)->in, slot); }
+
+/* Through the scheduler (greedy, K 3: chained drafts, rejections, the
+ * module's cache caught up over positions fed in earlier steps), each
+ * first draft is the reference module's argmax for its sequence (where
+ * the reference's best two logits are apart by more than the budget);
+ * and greedy output with the MTP drafter is plain greedy output. */
+static void test_mtp_drafts(void)
+{
+	const int32_t prompts[2][7] = { { 5, 9, 200, 31, 7, 7, 64 }, { 3, 1, 4, 1, 5, 9, 2 } };
+	char dir[64];
+	ds_pool_opts po = { .threads = 2 };
+	ds_fwd_opts fo = { .max_batch = 64 };
+	ds_pool *pool = NULL;
+	ds_fwd *f = NULL;
+	ds_kvcache kv;
+	ds_sched *s = NULL;
+	ds_drafter *md = NULL;
+	ds_model m;
+	ds_err err;
+	static rec rc;
+	out o[2], plain[2];
+	size_t V, i, j, checked = 0;
+	float *ref = NULL;
+	int pass;
+
+	snprintf(dir, sizeof dir, "/tmp/ds-test-spec-%d", (int)getpid());
+	if (tm_write(dir, mtp_cfg(), "f32", &seed) ||
+	    ds_model_load(&m, dir, DS_LOAD_POPULATE | DS_LOAD_MTP, &err) ||
+	    ds_pool_init(&pool, &po, &err)) {
+		T_CHECK(0);
+		return;
+	}
+	V = m.hp.n_vocab;
+	for (pass = 0; pass < 2; pass++) {
+		ds_mtp_opts mo = { .m = &m, .pool = pool, .n_slot = 2, .n_ctx = 128,
+				   .max_batch = 64, .kv_type = DS_KV_F32 };
+		ds_sched_opts so = { .n_batch = 16, .spec_k = 3 };
+		ds_sampler_params sp;
+
+		memset(&rc, 0, sizeof rc);
+		if (pass) {
+			T_CHECK(ds_mtp_open(&md, &mo, &err) == 0);
+			rc.base = (ds_drafter){ .name = "rec", .propose = rec_propose,
+						.release = rec_release, .free = script_free };
+			rc.in = md;
+			so.drafter = &rc.base;
+		}
+		if (ds_fwd_init(&f, &m, pool, &fo, &err) ||
+		    ds_kvcache_init(&kv, &m.hp, 2, 128, DS_KV_F32, &err) ||
+		    ds_sched_init(&s, f, &kv, &so, &err)) {
+			printf("# %s\n", err.msg);
+			T_CHECK(0);
+			break;
+		}
+		ds_sampler_defaults(&sp);
+		sp.temp = 0;
+		for (i = 0; i < 2; i++) {
+			memset(&(pass ? o : plain)[i], 0, sizeof o[i]);
+			submit_one(s, prompts[i], 7, 30, &sp, &(pass ? o : plain)[i]);
+		}
+		T_CHECK(ds_sched_drain(s, &err) == 0);
+		ds_sched_free(s);
+		ds_kvcache_free(&kv);
+		ds_fwd_free(f);
+		f = NULL;
+	}
+	for (i = 0; i < 2; i++) {
+		T_CHECK(o[i].n_tok == 30 && memcmp(o[i].tok, plain[i].tok, 30 * sizeof(int32_t)) == 0);
+		T_CHECK(o[i].st.spec_drafted > 0);
+		free(o[i].rows);
+		free(plain[i].rows);
+	}
+	ref = malloc(96 * V * sizeof *ref);
+	for (i = 0; i < 2; i++)
+		for (j = 0; j < rc.n_first[i]; j++) {
+			size_t nf = rc.n_final[i][j], a, b, k;
+			const float *row;
+
+			/* the reference over the sequence up to the unfed token */
+			if (ds_ref_mtp(&m, rc.seq[i], nf + 1, ref, &err)) {
+				T_CHECK(0);
+				continue;
+			}
+			row = ref + (nf - 1) * V;
+			a = (size_t)ds_argmax(row, (int)V);
+			b = a ? 0 : 1;
+			for (k = 0; k < V; k++)
+				if (k != a && row[k] > row[b])
+					b = k;
+			if (row[a] - row[b] < 1e-3)
+				continue;
+			checked++;
+			T_CHECKF(rc.first[i][j] == (int32_t)a, "request %zu, %zu final: "
+				 "draft %d, the reference's %zu", i, nf, rc.first[i][j], a);
+		}
+	printf("# %zu first drafts checked against the reference\n", checked);
+	T_CHECK(checked >= 4);
+	free(ref);
+	if (md)
+		md->free(md);
+	ds_pool_free(pool);
+	ds_model_free(&m);
+	ds_remove_tree(dir);
+}
+
 int main(void)
 {
 	seed = t_seed();
@@ -606,5 +864,7 @@ int main(void)
 	T_RUN(test_greedy_dsv3);
 	T_RUN(test_sampled_distribution);
 	T_RUN(test_draft_vocab);
+	T_RUN(test_mtp_pass);
+	T_RUN(test_mtp_drafts);
 	return t_done();
 }
