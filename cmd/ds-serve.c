@@ -21,7 +21,9 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "runtime/session.h"
 #include "serve/serve.h"
+#include "spec/drafter.h"
 #include "pool/threads.h"
 #include "base/cli.h"
 #include "base/util.h"
@@ -34,7 +36,8 @@ static void usage(FILE *f)
 		"usage: %s -m DIR [--host ADDR] [--port N] [--threads N] [--parallel N]\n"
 		"                [--ctx-size N] [--queue N] [--api-key KEY | --api-key-file FILE]\n"
 		"                [--max-body BYTES] [--timeout S] [--max-conns N] [--cpus LIST]\n"
-		"                [--hugepages] [--numa MODE] [--verbose]\n",
+		"                [--hugepages] [--numa MODE] [--verbose]\n"
+		"                [--spec mtp|ngram|draft] [--spec-k K] [--draft DIR]\n",
 		prog);
 }
 
@@ -55,7 +58,7 @@ typedef struct opts {
 enum {
 	O_KEY = 256, O_KEYFILE, O_CPUS, O_CTX, O_HOST, O_HUGE, O_BODY, O_NUMA,
 	O_PAR, O_PORT, O_QUEUE, O_THREADS, O_TIMEOUT, O_VERBOSE, O_VERSION,
-	O_CONNS,
+	O_CONNS, O_SPEC, O_SPEC_K, O_DRAFT,
 };
 
 static const struct option longopts[] = {
@@ -63,6 +66,7 @@ static const struct option longopts[] = {
 	{ "api-key-file", required_argument, NULL, O_KEYFILE },
 	{ "cpus", required_argument, NULL, O_CPUS },
 	{ "ctx-size", required_argument, NULL, O_CTX },
+	{ "draft", required_argument, NULL, O_DRAFT },
 	{ "help", no_argument, NULL, 'h' },
 	{ "host", required_argument, NULL, O_HOST },
 	{ "hugepages", no_argument, NULL, O_HUGE },
@@ -73,6 +77,8 @@ static const struct option longopts[] = {
 	{ "parallel", required_argument, NULL, O_PAR },
 	{ "port", required_argument, NULL, O_PORT },
 	{ "queue", required_argument, NULL, O_QUEUE },
+	{ "spec", required_argument, NULL, O_SPEC },
+	{ "spec-k", required_argument, NULL, O_SPEC_K },
 	{ "threads", required_argument, NULL, O_THREADS },
 	{ "timeout", required_argument, NULL, O_TIMEOUT },
 	{ "verbose", no_argument, NULL, O_VERBOSE },
@@ -108,6 +114,9 @@ static int parse_one(opts *o, int c, const char *a)
 	case O_BODY: rc = ds_opt_long("--max-body", a, 16, 1L << 30, &v); s->max_body = (size_t)v; break;
 	case O_CONNS: rc = ds_opt_long("--max-conns", a, 1, 1L << 20, &v); s->max_conns = (unsigned)v; break;
 	case O_NUMA: s->numa = a; return 0;
+	case O_SPEC: s->spec = a; return 0;
+	case O_DRAFT: s->draft = a; return 0;
+	case O_SPEC_K: rc = ds_opt_long("--spec-k", a, 1, DS_SPEC_MAX_K, &v); s->spec_k = (uint32_t)v; break;
 	case O_PAR: rc = ds_opt_long("--parallel", a, 1, 256, &v); s->parallel = (uint32_t)v; break;
 	case O_PORT: rc = ds_opt_long("--port", a, 0, 65535, &v); s->port = (unsigned)v; break;
 	case O_QUEUE: rc = ds_opt_long("--queue", a, 0, 65536, &v); s->queue = (uint32_t)v; break;
@@ -121,6 +130,9 @@ static int parse_one(opts *o, int c, const char *a)
 
 static int check_args(opts *o)
 {
+	enum ds_spec_kind kind = DS_SPEC_NONE;
+	ds_err err;
+
 	if (o->so.model_dir == NULL) {
 		warnx("-m DIR is required");
 		usage(stderr);
@@ -132,6 +144,16 @@ static int check_args(opts *o)
 	}
 	if (o->so.api_key && !key_ok(o->so.api_key)) {
 		warnx("--api-key: printable ASCII without spaces, not empty");
+		return 2;
+	}
+	if (o->so.spec && ds_spec_parse(o->so.spec, &kind, &err))
+		return ds_opt_bad("--spec", o->so.spec, err.msg);
+	if ((o->so.spec && kind == DS_SPEC_DRAFT) != (o->so.draft != NULL)) {
+		warnx("--draft DIR goes with --spec draft, and --spec draft needs it");
+		return 2;
+	}
+	if (o->so.spec_k && !o->so.spec) {
+		warnx("--spec-k needs --spec");
 		return 2;
 	}
 	if (o->so.numa && strcmp(o->so.numa, "interleave") != 0 &&
