@@ -19,11 +19,13 @@
 #include "bench/kbench.h"
 #include "bench/mbench.h"
 #include "bench/report.h"
+#include "bench/specbench.h"
 #include "bench/synth.h"
 #include "host/sysinfo/sysinfo.h"
 #include "kernels/kernels.h"
 #include "kernels/types.h"
 #include "model/kvcache.h"
+#include "spec/drafter.h"
 
 static void usage(FILE *f)
 {
@@ -32,6 +34,10 @@ static void usage(FILE *f)
 		"                [--cpus LIST] [--ctx-size N] [--hugepages] [--mlock]\n"
 		"                [-n N,...] [--no-populate] [--numa MODE] [-o md|csv|json|jsonl]\n"
 		"                [-p N,...] [-r N] [--seed N] [-t N,...]\n"
+		"       ds-bench -m DIR --spec mtp|ngram|draft [--spec-k K] [--draft DIR]\n"
+		"                --prompt-file FILE [--repeat-penalty R] [-n N] [-r N] [-t N]\n"
+		"       ds-bench (-m DIR | --synthetic SHAPE [--layers N] [--type TYPE])\n"
+		"                --verify E [-p CTX] [-r N] [-t N] [-o md|csv]\n"
 		"       ds-bench --synthetic SHAPE [--layers N] [--type TYPE] --save DIR\n"
 		"       ds-bench --synthetic list\n"
 		"       ds-bench --kernels [--cpu-time] [--cpus LIST] [-o md|csv|json] [-q]\n"
@@ -53,6 +59,11 @@ typedef struct opts {
 	unsigned long long seed;
 	ds_report out;
 	ds_kbench_opts k;
+	/* speculative decoding: --spec rows, --verify rows */
+	enum ds_spec_kind spec;
+	long spec_k, verify;
+	const char *draft, *prompt_file;
+	float repeat_penalty;
 } opts;
 
 /* A comma-separated list of up to MAX numbers in [lo, hi]: how many, or
@@ -157,6 +168,23 @@ static int parse_opt(opts *o, int c, const char *a)
 			return ds_opt_bad("-t", a, "expected thread counts like 1,2");
 		return 0;
 	case 'T': o->type = a; return 0;
+	case 'Q': {
+		ds_err e;
+
+		return ds_spec_parse(a, &o->spec, &e) ? ds_opt_bad("--spec", a, e.msg) : 0;
+	}
+	case 'k':
+		if (ds_parse_long(a, 1, DS_SPEC_MAX_K, &o->spec_k))
+			return ds_opt_bad("--spec-k", a, "expected 1 to 16 drafts");
+		return 0;
+	case 'D': o->draft = a; return 0;
+	case 'F': o->prompt_file = a; return 0;
+	case 'R':
+		return ds_opt_float("--repeat-penalty", a, 0.01, 100, &o->repeat_penalty);
+	case 'v':
+		if (ds_parse_long(a, 1, DS_VERIFY_MAX, &o->verify))
+			return ds_opt_bad("--verify", a, "expected 1 to 16 entries");
+		return 0;
 	case 'w': o->k.types = a; return 0;
 	case 'o':
 		if (ds_report_parse(a, &o->out.fmt))
@@ -165,6 +193,36 @@ static int parse_opt(opts *o, int c, const char *a)
 	}
 	usage(stderr);
 	return 2;
+}
+
+/* --spec and --verify: what they take. */
+static int check_spec(const opts *o)
+{
+	int other = o->hugepages || o->numa || o->mlock || o->no_populate || o->save;
+
+	if ((o->spec_k || o->draft || o->prompt_file || o->repeat_penalty) && !o->spec) {
+		warnx("--spec-k, --draft, --prompt-file and --repeat-penalty need --spec");
+		return 2;
+	}
+	if (o->spec && (o->verify || !o->dir || !o->prompt_file || o->n_pp || other)) {
+		warnx("--spec takes -m DIR and --prompt-file FILE (not --verify, -p "
+		      "or the loading options)");
+		return 2;
+	}
+	if ((o->spec == DS_SPEC_DRAFT) != (o->draft != NULL)) {
+		warnx("--draft DIR goes with --spec draft, and --spec draft needs it");
+		return 2;
+	}
+	if (o->verify && (o->mode != 'B' || o->n_tg || o->save)) {
+		warnx("--verify takes -m DIR or --synthetic SHAPE (not -n or --save)");
+		return 2;
+	}
+	if ((o->spec || o->verify) && (o->n_threads > 1 || o->n_pp > 1 || o->n_tg > 1 ||
+				       (o->out.fmt != DS_REPORT_MD && o->out.fmt != DS_REPORT_CSV))) {
+		warnx("--spec and --verify: one -t, -p and -n value, -o md or csv");
+		return 2;
+	}
+	return 0;
 }
 
 /* The combinations that need a model, and those that need --kernels. */
@@ -197,7 +255,7 @@ static int check_opts(const opts *o)
 		warnx("-o jsonl needs -m or --synthetic");
 		return 2;
 	}
-	return 0;
+	return check_spec(o);
 }
 
 static int parse_args(opts *o, int argc, char **argv)
@@ -206,6 +264,7 @@ static int parse_args(opts *o, int argc, char **argv)
 		{ "cpu-time", no_argument, NULL, 'C' },
 		{ "cpus", required_argument, NULL, 'c' },
 		{ "ctx-size", required_argument, NULL, 'G' },
+		{ "draft", required_argument, NULL, 'D' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "hugepages", no_argument, NULL, 'H' },
 		{ "kernels", no_argument, NULL, 'K' },
@@ -218,14 +277,19 @@ static int parse_args(opts *o, int argc, char **argv)
 		{ "no-populate", no_argument, NULL, 'P' },
 		{ "numa", required_argument, NULL, 'N' },
 		{ "output", required_argument, NULL, 'o' },
+		{ "prompt-file", required_argument, NULL, 'F' },
 		{ "quick", no_argument, NULL, 'q' },
+		{ "repeat-penalty", required_argument, NULL, 'R' },
 		{ "repetitions", required_argument, NULL, 'r' },
 		{ "save", required_argument, NULL, 'W' },
 		{ "seed", required_argument, NULL, 'E' },
 		{ "shape", required_argument, NULL, 's' },
+		{ "spec", required_argument, NULL, 'Q' },
+		{ "spec-k", required_argument, NULL, 'k' },
 		{ "synthetic", required_argument, NULL, 'S' },
 		{ "threads", required_argument, NULL, 't' },
 		{ "type", required_argument, NULL, 'T' },
+		{ "verify", required_argument, NULL, 'v' },
 		{ "version", no_argument, NULL, 'V' },
 		{ "weights", required_argument, NULL, 'w' },
 		{ NULL, 0, NULL, 0 },
@@ -450,6 +514,94 @@ static int run_model(opts *o, ds_err *err)
 	return rc;
 }
 
+/* ---- --spec and --verify ---------------------------------------------------------- */
+
+static int run_spec(opts *o, ds_err *err)
+{
+	ds_specbench_opts so = {
+		.so = { .dir = o->dir, .threads = o->threads[0], .cpus = o->cpus,
+			.ctx_size = (uint32_t)o->ctx, .slots = 1, .kv_type = DS_KV_F16,
+			.tok = DS_SESS_TOK_NEED, .tok_why = "--prompt-file needs",
+			.spec = o->spec, .spec_k = (uint32_t)o->spec_k, .draft_dir = o->draft },
+		.prompt_file = o->prompt_file, .n = o->n_tg ? o->tg[0] : 128,
+		.reps = o->reps ? (int)o->reps : 5, .repeat_penalty = o->repeat_penalty,
+		.progress = stderr,
+	};
+	ds_specbench_row r;
+	int csv = o->out.fmt == DS_REPORT_CSV;
+
+	if (ds_specbench_spec(&so, &r, err))
+		return -1;
+	if (csv)
+		printf("model,drafter,k,n,reps,threads,plain_ts,spec_ts,speedup,speedup_lo,"
+		       "speedup_hi,drafted,accepted,acceptance,mean_len,same\n"
+		       "%s,%s,%u,%u,%d,%d,%.2f,%.2f,%.3f,%.3f,%.3f,%zu,%zu,%.3f,%.2f,%d\n",
+		       o->dir, r.drafter, r.k, r.n, r.reps, o->threads[0], r.plain_ts,
+		       r.spec_ts, r.speedup, r.speedup_lo, r.speedup_hi, r.drafted,
+		       r.accepted, r.acceptance, r.mean_len, r.same);
+	else
+		printf("| model | drafter | K | tokens | plain t/s | spec t/s | speedup "
+		       "(range) | drafted | accepted | acceptance | mean accepted length |\n"
+		       "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |\n"
+		       "| %s | %s | %s | %u x %d | %.1f | %.1f | %.2fx (%.2f-%.2f) | %zu | %zu "
+		       "| %.3f | %.2f |\n", o->dir, r.drafter, r.k ? "" : "auto", r.n, r.reps,
+		       r.plain_ts, r.spec_ts, r.speedup, r.speedup_lo, r.speedup_hi,
+		       r.drafted, r.accepted, r.acceptance, r.mean_len);
+	if (r.k && !csv)
+		printf("\n(K %u)\n", r.k);
+	if (!r.same)
+		return ds_errf(err, "greedy tokens with drafts differ from those without");
+	return 0;
+}
+
+static void verify_table(const opts *o, const char *name, const ds_verify_row *r)
+{
+	static const double rates[] = { 0.5, 0.6, 0.7, 0.8, 0.9 };
+	uint32_t e, k;
+	size_t i;
+
+	if (o->out.fmt == DS_REPORT_CSV) {
+		printf("model,threads,ctx,entries,ms,cost\n");
+		for (e = 1; e <= r->max_e; e++)
+			printf("%s,%d,%u,%u,%.4f,%.4f\n", name, r->threads, r->ctx, e,
+			       r->ms[e], r->cost[e]);
+		return;
+	}
+	printf("%s, %d threads, %u positions cached, %d rounds\n\n"
+	       "| entries (1 + drafts) | ms per pass | cost vs 1 |\n| ---: | ---: | ---: |\n",
+	       name, r->threads, r->ctx, r->reps);
+	for (e = 1; e <= r->max_e; e++)
+		printf("| %u | %.3f | %.2f |\n", e, r->ms[e], r->cost[e]);
+	printf("\n| acceptance | best speedup (free drafts) | at K |\n| ---: | ---: | ---: |\n");
+	for (i = 0; i < sizeof rates / sizeof rates[0]; i++) {
+		double b = ds_verify_bound(r, rates[i], &k);
+
+		printf("| %.1f | %.2fx | %u |\n", rates[i], b, k);
+	}
+}
+
+static int run_verify(opts *o, ds_err *err)
+{
+	ds_mbench_model mm = { 0 };
+	tmpmodel t = { .made = 0 };
+	ds_verify_opts vo = {
+		.threads = o->threads[0], .cpus = o->cpus, .max_e = (uint32_t)o->verify,
+		.ctx = o->n_pp ? o->pp[0] : 128, .reps = o->reps ? (int)o->reps : 10,
+		.progress = stderr,
+	};
+	ds_verify_row r;
+	int rc;
+
+	if (o->shape && build_synthetic(o, &t, &mm, err))
+		return -1;
+	vo.dir = o->shape ? t.model : o->dir;
+	rc = ds_specbench_verify(&vo, &r, err);
+	remove_tmp(&t);
+	if (rc == 0)
+		verify_table(o, o->shape ? o->shape : o->dir, &r);
+	return rc;
+}
+
 static int run_kernels(opts *o, ds_err *err)
 {
 	int rc;
@@ -510,7 +662,8 @@ int main(int argc, char **argv)
 			o.threads[0] = n > 0 && n < 1024 ? (int)n : 1;
 			o.n_threads = 1;
 		}
-		rc = (o.save ? save_synthetic(&o, &err) : run_model(&o, &err)) ? 1 : 0;
+		rc = (o.save ? save_synthetic(&o, &err) : o.spec ? run_spec(&o, &err) :
+		      o.verify ? run_verify(&o, &err) : run_model(&o, &err)) ? 1 : 0;
 		if (rc && cancel)
 			rc = 130;
 	} else {
