@@ -159,48 +159,71 @@ static void draft_free(ds_drafter *dr)
 	free(d);
 }
 
-/* The same vocabulary: both tokenizers give every id the same piece (the
- * models' vocabulary sizes may differ by padding), or without
- * tokenizers, the same vocabulary size. */
-static int same_vocab(dmodel *d, const ds_draft_opts *o, ds_err *err)
+/* DIR/tokenizer.bin loaded into *tok, or *tok NULL when there is none. */
+static int tok_of(const char *dir, ds_tok **tok, ds_err *err)
 {
-	char *path = ds_path_join(o->dir, "tokenizer.bin");
-	ds_tok *tok = NULL;
-	uint32_t n, i;
+	char *path = dir ? ds_path_join(dir, "tokenizer.bin") : NULL;
 	int rc = 0;
 
-	if (path == NULL)
+	*tok = NULL;
+	if (dir && path == NULL)
 		return ds_errf(err, "out of memory");
-	if (o->target_tok == NULL || access(path, F_OK) != 0) {
-		free(path);
-		if (d->m.hp.n_vocab != o->target_vocab)
-			return ds_errf(err, "%s: the draft model's vocabulary has %u "
-				       "tokens, %s's %u: drafts need the same "
-				       "vocabulary", o->dir, d->m.hp.n_vocab,
-				       o->target_dir, o->target_vocab);
-		return 0;
+	if (path && access(path, F_OK) == 0)
+		rc = ds_tok_load(tok, path, err);
+	free(path);
+	return rc;
+}
+
+/* Every id the same piece in both tokenizers. */
+static int same_pieces(const ds_tok *a, const ds_tok *b, const ds_draft_opts *o,
+		       ds_err *err)
+{
+	uint32_t n = ds_tok_n_vocab(a), i;
+
+	if (n != ds_tok_n_vocab(b))
+		return ds_errf(err, "%s: the draft model's tokenizer has %u tokens, "
+			       "%s's %u: drafts need the same vocabulary", o->dir, n,
+			       o->target_dir, ds_tok_n_vocab(b));
+	for (i = 0; i < n; i++) {
+		size_t la, lb;
+		const char *pa = ds_tok_piece(a, (int32_t)i, &la);
+		const char *pb = ds_tok_piece(b, (int32_t)i, &lb);
+
+		if ((pa == NULL) != (pb == NULL) || la != lb || (pa && memcmp(pa, pb, la)))
+			return ds_errf(err, "%s: token %u of the draft model's tokenizer "
+				       "differs from %s's: drafts need the same "
+				       "vocabulary", o->dir, i, o->target_dir);
 	}
-	if (ds_tok_load(&tok, path, err)) {
-		free(path);
+	return 0;
+}
+
+/* The same vocabulary: both tokenizers give every id the same piece (the
+ * models' vocabulary sizes may differ by padding), or where either model
+ * has none, the same vocabulary size. */
+static int same_vocab(dmodel *d, const ds_draft_opts *o, ds_err *err)
+{
+	ds_tok *tok = NULL, *own = NULL;
+	const ds_tok *target = o->target_tok;
+	int rc = 0;
+
+	if (tok_of(o->dir, &tok, err) ||
+	    (target == NULL && tok_of(o->target_dir, &own, err))) {
+		if (tok)
+			ds_tok_free(tok);
 		return -1;
 	}
-	free(path);
-	n = ds_tok_n_vocab(tok);
-	if (n != ds_tok_n_vocab(o->target_tok))
-		rc = ds_errf(err, "%s: the draft model's tokenizer has %u tokens, "
-			     "%s's %u: drafts need the same vocabulary", o->dir, n,
-			     o->target_dir, ds_tok_n_vocab(o->target_tok));
-	for (i = 0; rc == 0 && i < n; i++) {
-		size_t la, lb;
-		const char *a = ds_tok_piece(tok, (int32_t)i, &la);
-		const char *b = ds_tok_piece(o->target_tok, (int32_t)i, &lb);
-
-		if ((a == NULL) != (b == NULL) || la != lb || (a && memcmp(a, b, la)))
-			rc = ds_errf(err, "%s: token %u of the draft model's tokenizer "
-				     "differs from %s's: drafts need the same "
-				     "vocabulary", o->dir, i, o->target_dir);
-	}
-	ds_tok_free(tok);
+	if (target == NULL)
+		target = own;
+	if (tok && target)
+		rc = same_pieces(tok, target, o, err);
+	else if (d->m.hp.n_vocab != o->target_vocab)
+		rc = ds_errf(err, "%s: the draft model's vocabulary has %u tokens, "
+			     "%s's %u: drafts need the same vocabulary", o->dir,
+			     d->m.hp.n_vocab, o->target_dir, o->target_vocab);
+	if (tok)
+		ds_tok_free(tok);
+	if (own)
+		ds_tok_free(own);
 	return rc;
 }
 
