@@ -449,6 +449,10 @@ static void verbose_setup(const run *r)
 	warnx("loaded in %.3f s", s->t_load);
 	warnx("KV cache %s: %u slots x %u positions = %.1f MiB", ds_kvtype_name(s->kv.type),
 	      s->kv.n_slot, s->kv.n_ctx, s->kv.bytes / 1048576.0);
+	if (s->drafter)
+		warnx("spec: %s drafts, K %s, %.1f MiB read per draft", s->drafter->name,
+		      r->o->spec_k ? "fixed" : "adaptive",
+		      s->drafter->active_bytes / 1048576.0);
 	warnx("RSS %.1f MiB", ds_rss_mib());
 }
 

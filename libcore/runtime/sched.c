@@ -15,6 +15,11 @@
 
 #include "spec/drafter.h"
 
+/* Verifying a draft: an entry more in a batch that streams the weights
+ * once, relative to a plain step (the adaptive K's prior; drafters that
+ * run a model add that model's share, ds_drafter.active_bytes) */
+#define SPEC_COST 0.15
+
 typedef struct sreq {
 	uint64_t id;
 	int32_t *prompt;
@@ -79,6 +84,7 @@ struct ds_sched {
 	/* speculative decoding */
 	ds_drafter *drafter;
 	uint32_t spec_k;           /* fixed K, or 0: adaptive */
+	double draft_cost;         /* a draft's cost relative to a step */
 	ds_spec_seq **sqs;         /* [n_slot] the drafter's call */
 };
 
@@ -126,6 +132,10 @@ int ds_sched_init(ds_sched **out, ds_fwd *f, ds_kvcache *kv,
 	}
 	s->drafter = opts ? opts->drafter : NULL;
 	s->spec_k = opts ? opts->spec_k : 0;
+	/* verifying a draft, plus making it: its pass's weight bytes over
+	 * the target's (decode streams weights: bytes are its time) */
+	s->draft_cost = SPEC_COST + (s->drafter && fi.active_bytes ?
+		(double)s->drafter->active_bytes / (double)fi.active_bytes : 0);
 	s->next_id = 1;
 	s->slots = ds_calloc(kv->n_slot, sizeof *s->slots, err);
 	s->btok = ds_calloc(s->n_batch, sizeof *s->btok, err);
@@ -552,8 +562,6 @@ static void sample(ds_sched *s, sreq *r, size_t pos, float *logits)
 /* ---- speculative decoding ----------------------------------------------------------- */
 
 #define SPEC_DECAY 0.8     /* weight of the past in the acceptance rate */
-#define SPEC_COST 0.2      /* a draft's cost, drafting and verifying,
-			      relative to a plain step */
 #define SPEC_RETRY 16      /* steps at K 0 before a draft is tried */
 
 /* The verification of a group: row i's logits (position P + i) test
@@ -590,8 +598,8 @@ static void verify(ds_sched *s, sreq *r, size_t j0)
 }
 
 /* The K that makes the most of a step at acceptance rate a: tokens per
- * step (1 - a^(K+1)) / (1 - a) over a step's cost 1 + SPEC_COST K. */
-static uint32_t best_k(double a, uint32_t kmax)
+ * step (1 - a^(K+1)) / (1 - a) over a step's cost 1 + c K, c a draft's. */
+static uint32_t best_k(double a, double c, uint32_t kmax)
 {
 	double best = 1, pw = a, e = 1;
 	uint32_t k, kb = 0;
@@ -599,8 +607,8 @@ static uint32_t best_k(double a, uint32_t kmax)
 	for (k = 1; k <= kmax; k++) {
 		e += pw;
 		pw *= a;
-		if (e / (1 + SPEC_COST * k) > best) {
-			best = e / (1 + SPEC_COST * k);
+		if (e / (1 + c * k) > best) {
+			best = e / (1 + c * k);
 			kb = k;
 		}
 	}
@@ -616,7 +624,8 @@ static uint32_t want_k(const ds_sched *s, sreq *r)
 	uint32_t k = s->spec_k;
 
 	if (k == 0) {
-		k = best_k(r->sp_acc / (r->sp_acc + r->sp_rej), DS_SPEC_K_AUTO);
+		k = best_k(r->sp_acc / (r->sp_acc + r->sp_rej), s->draft_cost,
+			   DS_SPEC_K_AUTO);
 		/* at K 0 the rate would never move again: a draft now and then */
 		if (k > 0 || ++r->sp_idle >= SPEC_RETRY) {
 			r->sp_idle = 0;

@@ -265,6 +265,12 @@ int ds_draft_open(ds_drafter **out, const ds_draft_opts *o, ds_err *err)
 	}
 	d->have_kv = 1;
 	d->n_vocab = d->m.hp.n_vocab;
+	{
+		ds_fwd_info fi;
+
+		ds_fwd_get_info(d->f, &fi);
+		d->base.active_bytes = fi.active_bytes;
+	}
 	if (bufs(d, err)) {
 		draft_free(&d->base);
 		return -1;

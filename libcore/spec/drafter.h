@@ -66,6 +66,9 @@ typedef struct ds_drafter ds_drafter;
 
 struct ds_drafter {
 	const char *name;           /* "ngram" "draft" "mtp" */
+	uint64_t active_bytes;      /* weight bytes a draft's pass reads (0:
+				       drafts cost nothing): the adaptive K
+				       weighs them against the target's */
 	/* n sequences of one step; target: the pass that fed them */
 	int (*propose)(ds_drafter *d, const ds_fwd *target,
 		       ds_spec_seq *const *seqs, size_t n, ds_err *err);

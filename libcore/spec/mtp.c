@@ -201,6 +201,12 @@ int ds_mtp_open(ds_drafter **out, const ds_mtp_opts *o, ds_err *err)
 		return -1;
 	}
 	d->have_kv = 1;
+	{
+		ds_fwd_info fi;
+
+		ds_fwd_get_info(d->f, &fi);
+		d->base.active_bytes = fi.active_bytes;
+	}
 	if (bufs(d, o->n_slot, err)) {
 		mtp_free(&d->base);
 		return -1;
