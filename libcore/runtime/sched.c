@@ -8,7 +8,6 @@
 #define _GNU_SOURCE     /* memmem */
 #include "sched.h"
 
-#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
