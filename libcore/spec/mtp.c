@@ -37,6 +37,9 @@ typedef struct mtp {
 	uint8_t *want;
 	ds_spec_seq **owner;      /* [max_batch] whose entry */
 	ds_spec_pick *slots;      /* [n_slot] */
+	uint8_t *gap;             /* [n_slot] positions the module never saw
+				     (a prefix the target's cache already
+				     held): no drafts until the slot ends */
 } mtp;
 
 static void put(mtp *d, size_t *n, ds_spec_seq *q, int32_t tok, size_t pos,
@@ -88,6 +91,14 @@ static int catch_up(mtp *d, const ds_fwd *target, ds_spec_seq *const *seqs,
 		ds_spec_seq *q = seqs[i];
 
 		q->n_draft = 0;
+		/* the module's rows need the target's hidden rows of the same
+		 * pass: positions fed before the slot was ours have none */
+		if (q->fed0 > d->kv.len[q->slot])
+			d->gap[q->slot] = 1;
+		if (d->gap[q->slot]) {
+			q->k = 0;
+			continue;
+		}
 		for (j = q->fed0; j < q->n_final; j++) {
 			if (n == d->max_batch) {
 				ds_fwd_hidden(target, d->rows, n, d->hid);
@@ -137,6 +148,7 @@ static void mtp_release(ds_drafter *dr, uint32_t slot)
 
 	ds_kvcache_seq_keep(&d->kv, slot, 0);
 	ds_spec_pick_release(&d->slots[slot]);
+	d->gap[slot] = 0;
 }
 
 static void mtp_free(ds_drafter *dr)
@@ -147,6 +159,7 @@ static void mtp_free(ds_drafter *dr)
 	for (i = 0; d->slots && i < d->kv.n_slot; i++)
 		ds_spec_pick_free(&d->slots[i]);
 	free(d->slots);
+	free(d->gap);
 	free(d->hid);
 	free(d->chain);
 	free(d->rows);
@@ -174,8 +187,9 @@ static int bufs(mtp *d, uint32_t n_slot, ds_err *err)
 	d->want = ds_calloc(n, 1, err);
 	d->owner = ds_calloc(n, sizeof *d->owner, err);
 	d->slots = ds_calloc(n_slot, sizeof *d->slots, err);
+	d->gap = ds_calloc(n_slot, 1, err);
 	return d->hid && d->chain && d->rows && d->tok && d->pos && d->seq &&
-	       d->want && d->owner && d->slots ? 0 : -1;
+	       d->want && d->owner && d->slots && d->gap ? 0 : -1;
 }
 
 int ds_mtp_open(ds_drafter **out, const ds_mtp_opts *o, ds_err *err)
