@@ -19,12 +19,14 @@
 #include "bench/kbench.h"
 #include "bench/mbench.h"
 #include "bench/report.h"
+#include "bench/specbench.h"
 #include "bench/synth.h"
 #include "dist/dist.h"
 #include "host/sysinfo/sysinfo.h"
 #include "kernels/kernels.h"
 #include "kernels/types.h"
 #include "model/kvcache.h"
+#include "spec/drafter.h"
 
 static void usage(FILE *f)
 {
@@ -34,6 +36,10 @@ static void usage(FILE *f)
 		"                [-n N,...] [--no-populate] [--numa MODE] [-o md|csv|json|jsonl]\n"
 		"                [-p N,...] [-r N] [--seed N] [-t N,...]\n"
 		"       mpirun -n R ds-bench --mpi [--mpi-timeout S] -m DIR [...]\n"
+		"       ds-bench -m DIR --spec mtp|ngram|draft [--spec-k K] [--draft DIR]\n"
+		"                --prompt-file FILE [--repeat-penalty R] [-n N] [-r N] [-t N]\n"
+		"       ds-bench (-m DIR | --synthetic SHAPE [--layers N] [--type TYPE])\n"
+		"                --verify E [-p CTX] [-r N] [-t N] [-o md|csv]\n"
 		"       ds-bench --synthetic SHAPE [--layers N] [--type TYPE] --save DIR\n"
 		"       ds-bench --synthetic list\n"
 		"       ds-bench --kernels [--cpu-time] [--cpus LIST] [-o md|csv|json] [-q]\n"
@@ -56,6 +62,11 @@ typedef struct opts {
 	unsigned long long seed;
 	ds_report out;
 	ds_kbench_opts k;
+	/* speculative decoding: --spec rows, --verify rows */
+	enum ds_spec_kind spec;
+	long spec_k, verify;
+	const char *draft, *prompt_file;
+	float repeat_penalty;
 } opts;
 
 /* A comma-separated list of up to MAX numbers in [lo, hi]: how many, or
@@ -163,6 +174,23 @@ static int parse_opt(opts *o, int c, const char *a)
 			return ds_opt_bad("-t", a, "expected thread counts like 1,2");
 		return 0;
 	case 'T': o->type = a; return 0;
+	case 'Q': {
+		ds_err e;
+
+		return ds_spec_parse(a, &o->spec, &e) ? ds_opt_bad("--spec", a, e.msg) : 0;
+	}
+	case 'k':
+		if (ds_parse_long(a, 1, DS_SPEC_MAX_K, &o->spec_k))
+			return ds_opt_bad("--spec-k", a, "expected 1 to 16 drafts");
+		return 0;
+	case 'D': o->draft = a; return 0;
+	case 'F': o->prompt_file = a; return 0;
+	case 'R':
+		return ds_opt_float("--repeat-penalty", a, 0.01, 100, &o->repeat_penalty);
+	case 'v':
+		if (ds_parse_long(a, 1, DS_VERIFY_MAX, &o->verify))
+			return ds_opt_bad("--verify", a, "expected 1 to 16 entries");
+		return 0;
 	case 'w': o->k.types = a; return 0;
 	case 'o':
 		if (ds_report_parse(a, &o->out.fmt))
@@ -171,6 +199,36 @@ static int parse_opt(opts *o, int c, const char *a)
 	}
 	usage(stderr);
 	return 2;
+}
+
+/* --spec and --verify: what they take. */
+static int check_spec(const opts *o)
+{
+	int other = o->hugepages || o->numa || o->mlock || o->no_populate || o->save;
+
+	if ((o->spec_k || o->draft || o->prompt_file || o->repeat_penalty) && !o->spec) {
+		warnx("--spec-k, --draft, --prompt-file and --repeat-penalty need --spec");
+		return 2;
+	}
+	if (o->spec && (o->verify || !o->dir || !o->prompt_file || o->n_pp || other)) {
+		warnx("--spec takes -m DIR and --prompt-file FILE (not --verify, -p "
+		      "or the loading options)");
+		return 2;
+	}
+	if ((o->spec == DS_SPEC_DRAFT) != (o->draft != NULL)) {
+		warnx("--draft DIR goes with --spec draft, and --spec draft needs it");
+		return 2;
+	}
+	if (o->verify && (o->mode != 'B' || o->n_tg || o->save)) {
+		warnx("--verify takes -m DIR or --synthetic SHAPE (not -n or --save)");
+		return 2;
+	}
+	if ((o->spec || o->verify) && (o->n_threads > 1 || o->n_pp > 1 || o->n_tg > 1 ||
+				       (o->out.fmt != DS_REPORT_MD && o->out.fmt != DS_REPORT_CSV))) {
+		warnx("--spec and --verify: one -t, -p and -n value, -o md or csv");
+		return 2;
+	}
+	return 0;
 }
 
 /* The combinations that need a model, and those that need --kernels. */
@@ -208,7 +266,7 @@ static int check_opts(const opts *o)
 		      "first), --mpi-timeout needs --mpi");
 		return 2;
 	}
-	return 0;
+	return check_spec(o);
 }
 
 static int parse_args(opts *o, int argc, char **argv)
@@ -217,6 +275,7 @@ static int parse_args(opts *o, int argc, char **argv)
 		{ "cpu-time", no_argument, NULL, 'C' },
 		{ "cpus", required_argument, NULL, 'c' },
 		{ "ctx-size", required_argument, NULL, 'G' },
+		{ "draft", required_argument, NULL, 'D' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "hugepages", no_argument, NULL, 'H' },
 		{ "kernels", no_argument, NULL, 'K' },
@@ -231,14 +290,19 @@ static int parse_args(opts *o, int argc, char **argv)
 		{ "no-populate", no_argument, NULL, 'P' },
 		{ "numa", required_argument, NULL, 'N' },
 		{ "output", required_argument, NULL, 'o' },
+		{ "prompt-file", required_argument, NULL, 'F' },
 		{ "quick", no_argument, NULL, 'q' },
+		{ "repeat-penalty", required_argument, NULL, 'R' },
 		{ "repetitions", required_argument, NULL, 'r' },
 		{ "save", required_argument, NULL, 'W' },
 		{ "seed", required_argument, NULL, 'E' },
 		{ "shape", required_argument, NULL, 's' },
+		{ "spec", required_argument, NULL, 'Q' },
+		{ "spec-k", required_argument, NULL, 'k' },
 		{ "synthetic", required_argument, NULL, 'S' },
 		{ "threads", required_argument, NULL, 't' },
 		{ "type", required_argument, NULL, 'T' },
+		{ "verify", required_argument, NULL, 'v' },
 		{ "version", no_argument, NULL, 'V' },
 		{ "weights", required_argument, NULL, 'w' },
 		{ NULL, 0, NULL, 0 },
@@ -484,6 +548,51 @@ static int run_mpi(opts *o, ds_err *err)
 	return rc == -2 ? 3 : rc ? 1 : 0;
 }
 
+/* ---- --spec and --verify ---------------------------------------------------------- */
+
+static int run_spec(opts *o, ds_err *err)
+{
+	ds_specbench_opts so = {
+		.so = { .dir = o->dir, .threads = o->threads[0], .cpus = o->cpus,
+			.ctx_size = (uint32_t)o->ctx, .slots = 1, .kv_type = DS_KV_F16,
+			.tok = DS_SESS_TOK_NEED, .tok_why = "--prompt-file needs",
+			.spec = o->spec, .spec_k = (uint32_t)o->spec_k, .draft_dir = o->draft },
+		.prompt_file = o->prompt_file, .n = o->n_tg ? o->tg[0] : 128,
+		.reps = o->reps ? (int)o->reps : 5, .repeat_penalty = o->repeat_penalty,
+		.progress = stderr,
+	};
+	ds_specbench_row r;
+
+	if (ds_specbench_spec(&so, &r, err))
+		return -1;
+	ds_report_spec(&o->out, o->dir, o->threads[0], &r);
+	if (!r.same)
+		return ds_errf(err, "greedy tokens with drafts differ from those without");
+	return 0;
+}
+
+static int run_verify(opts *o, ds_err *err)
+{
+	ds_mbench_model mm = { 0 };
+	tmpmodel t = { .made = 0 };
+	ds_verify_opts vo = {
+		.threads = o->threads[0], .cpus = o->cpus, .max_e = (uint32_t)o->verify,
+		.ctx = o->n_pp ? o->pp[0] : 128, .reps = o->reps ? (int)o->reps : 10,
+		.progress = stderr,
+	};
+	ds_verify_row r;
+	int rc;
+
+	if (o->shape && build_synthetic(o, &t, &mm, err))
+		return -1;
+	vo.dir = o->shape ? t.model : o->dir;
+	rc = ds_specbench_verify(&vo, &r, err);
+	remove_tmp(&t);
+	if (rc == 0)
+		ds_report_verify(&o->out, o->shape ? o->shape : o->dir, &r);
+	return rc;
+}
+
 static int run_kernels(opts *o, ds_err *err)
 {
 	int rc;
@@ -544,7 +653,9 @@ int main(int argc, char **argv)
 			o.threads[0] = n > 0 && n < 1024 ? (int)n : 1;
 			o.n_threads = 1;
 		}
-		rc = o.save ? (save_synthetic(&o, &err) ? 1 : 0) : run_mpi(&o, &err);
+		rc = o.save ? (save_synthetic(&o, &err) ? 1 : 0) :
+		     o.spec ? (run_spec(&o, &err) ? 1 : 0) :
+		     o.verify ? (run_verify(&o, &err) ? 1 : 0) : run_mpi(&o, &err);
 		if (rc && cancel)
 			rc = 130;
 	} else {

@@ -19,6 +19,7 @@
 #include "dist/dist.h"
 #include "host/sysinfo/sysinfo.h"
 #include "runtime/runner.h"
+#include "spec/drafter.h"
 
 static void usage(FILE *f)
 {
@@ -30,6 +31,7 @@ static void usage(FILE *f)
 		"              [--chat-template NAME] [--perplexity] [--truncate] [--verify]\n"
 		"              [--mlock] [--no-populate] [--hugepages] [--numa MODE]\n"
 		"              [--cpus LIST] [--sched-fifo PRIO] [--cache-type TYPE] [--verbose]\n"
+		"              [--spec mtp|ngram|draft] [--spec-k K] [--draft DIR]\n"
 		"              [--mpi [--mpi-timeout S]]\n"
 		"       ds-run -h | --version\n");
 }
@@ -39,7 +41,7 @@ static void usage(FILE *f)
 enum out_mode { OUT_TEXT, OUT_IDS, OUT_JSONL };
 
 typedef struct opts {
-	const char *dir, *prompt, *file, *logits_out, *cpus, *chat_tmpl;
+	const char *dir, *prompt, *file, *logits_out, *cpus, *chat_tmpl, *draft;
 	long n_predict;
 	uint32_t ctx_size, parallel;
 	int threads, sched_fifo;
@@ -53,13 +55,16 @@ typedef struct opts {
 	int chat, perplexity, truncate, verbose;
 	int mpi;
 	double mpi_timeout;
+	enum ds_spec_kind spec;
+	uint32_t spec_k;
 } opts;
 
 enum {
 	O_CACHE = 256, O_CHAT, O_CHAT_TMPL, O_CPUS, O_CTX, O_HUGE, O_IDS, O_JSONL,
 	O_LOGITS, O_MINP, O_MLOCK, O_NOPOP, O_NUMA, O_PAR, O_PPL, O_RLN, O_RP,
 	O_FIFO, O_SEED, O_STOP, O_TEMP, O_THREADS, O_TOPK, O_TOPP, O_TRUNC,
-	O_VERBOSE, O_VERIFY, O_VERSION, O_MPI, O_MPI_TIMEOUT,
+	O_VERBOSE, O_VERIFY, O_VERSION, O_MPI, O_MPI_TIMEOUT, O_SPEC, O_SPEC_K,
+	O_DRAFT,
 };
 
 static const struct option longopts[] = {
@@ -68,6 +73,7 @@ static const struct option longopts[] = {
 	{ "chat-template", required_argument, NULL, O_CHAT_TMPL },
 	{ "cpus", required_argument, NULL, O_CPUS },
 	{ "ctx-size", required_argument, NULL, O_CTX },
+	{ "draft", required_argument, NULL, O_DRAFT },
 	{ "file", required_argument, NULL, 'f' },
 	{ "help", no_argument, NULL, 'h' },
 	{ "hugepages", no_argument, NULL, O_HUGE },
@@ -89,6 +95,8 @@ static const struct option longopts[] = {
 	{ "repeat-penalty", required_argument, NULL, O_RP },
 	{ "sched-fifo", required_argument, NULL, O_FIFO },
 	{ "seed", required_argument, NULL, O_SEED },
+	{ "spec", required_argument, NULL, O_SPEC },
+	{ "spec-k", required_argument, NULL, O_SPEC_K },
 	{ "stop", required_argument, NULL, O_STOP },
 	{ "temp", required_argument, NULL, O_TEMP },
 	{ "threads", required_argument, NULL, O_THREADS },
@@ -124,6 +132,10 @@ static int parse_word(opts *o, int c, char *a)
 	case O_NUMA:
 		return ds_numa_parse(a, &o->load.numa, &err) ?
 		       ds_opt_bad("--numa", a, err.msg) : 0;
+	case O_SPEC:
+		return ds_spec_parse(a, &o->spec, &err) ?
+		       ds_opt_bad("--spec", a, err.msg) : 0;
+	case O_DRAFT: o->draft = a; return 0;
 	case O_STOP: return add_stop(o, a);
 	case 'f': o->file = a; return 0;
 	case 'm': o->dir = a; return 0;
@@ -151,6 +163,7 @@ static int parse_one(opts *o, int c, char *a)
 	case O_RLN: return ds_opt_int("--repeat-last-n", a, 0, 1 << 20, &sp->repeat_last_n);
 	case O_RP: return ds_opt_float("--repeat-penalty", a, 0.01, 100, &sp->repeat_penalty);
 	case O_SEED: o->seed_set = 1; return ds_opt_u64("--seed", a, &sp->seed);
+	case O_SPEC_K: return ds_opt_u32("--spec-k", a, 1, DS_SPEC_MAX_K, &o->spec_k);
 	case O_TEMP: return ds_opt_float("--temp", a, 0, 100, &sp->temp);
 	case O_THREADS: return ds_opt_int("--threads", a, 1, DS_POOL_MAX, &o->threads);
 	case O_MPI_TIMEOUT: return ds_opt_double("--mpi-timeout", a, 0.1, 86400, &o->mpi_timeout);
@@ -182,12 +195,21 @@ static int check_args(const opts *o)
 		warnx("-p and -f exclude each other");
 		return 2;
 	}
-	if (o->perplexity && (o->chat || o->prompt || o->file || o->parallel > 1)) {
+	if (o->perplexity && (o->chat || o->prompt || o->file || o->parallel > 1 ||
+			      o->spec)) {
 		warnx("--perplexity reads ids from stdin alone");
 		return 2;
 	}
 	if (o->mpi_timeout > 0 && !o->mpi) {
 		warnx("--mpi-timeout needs --mpi");
+		return 2;
+	}
+	if ((o->spec == DS_SPEC_DRAFT) != (o->draft != NULL)) {
+		warnx("--draft DIR goes with --spec draft, and --spec draft needs it");
+		return 2;
+	}
+	if (o->spec_k && !o->spec) {
+		warnx("--spec-k needs --spec");
 		return 2;
 	}
 	return 0;
@@ -441,6 +463,10 @@ static void verbose_setup(const run *r)
 	warnx("loaded in %.3f s", s->t_load);
 	warnx("KV cache %s: %u slots x %u positions = %.1f MiB", ds_kvtype_name(s->kv.type),
 	      s->kv.n_slot, s->kv.n_ctx, s->kv.bytes / 1048576.0);
+	if (s->drafter)
+		warnx("spec: %s drafts, K %s, %.1f MiB read per draft", s->drafter->name,
+		      r->o->spec_k ? "fixed" : "adaptive",
+		      s->drafter->active_bytes / 1048576.0);
 	warnx("RSS %.1f MiB", ds_rss_mib());
 }
 
@@ -489,6 +515,7 @@ static ds_session_opts session_opts(const opts *o, const ds_dist *d)
 		.dir = o->dir, .threads = o->threads, .cpus = o->cpus, .load = o->load,
 		.ctx_size = o->ctx_size, .slots = o->parallel, .kv_type = o->kv_type,
 		.chat_template = o->chat_tmpl, .tok = DS_SESS_TOK_NONE,
+		.spec = o->spec, .spec_k = o->spec_k, .draft_dir = o->draft,
 	};
 
 	if (d != NULL)
@@ -558,6 +585,14 @@ static void verbose_end(const run *r)
 	      "(%.2f tokens/s decoding), %.3f s in all", n->tot_prompt, n->t_pre,
 	      n->t_pre > 0 ? n->tot_prompt / n->t_pre : 0, n->tot_gen, n->t_dec,
 	      n->t_dec > 0 ? n->n_dec / n->t_dec : 0, n->t_last - n->t_first);
+	/* the mean accepted length: tokens a verification step gave, its
+	 * kept drafts and the target's own token */
+	if (r->o->spec)
+		warnx("spec: drafted %zu accepted %zu (%.3f) in %zu steps, mean "
+		      "accepted length %.2f (%s)", n->spec_drafted, n->spec_accepted,
+		      n->spec_drafted ? (double)n->spec_accepted / n->spec_drafted : 0,
+		      n->spec_steps, n->spec_steps ? 1 + (double)n->spec_accepted /
+		      n->spec_steps : 0, ds_spec_name(r->o->spec));
 	warnx("RSS %.1f MiB", ds_rss_mib());
 }
 

@@ -29,6 +29,7 @@
 #include "dist/dist.h"
 #include "runtime/session.h"
 #include "serve/serve.h"
+#include "spec/drafter.h"
 #include "pool/threads.h"
 #include "base/cli.h"
 #include "base/util.h"
@@ -41,7 +42,9 @@ static void usage(FILE *f)
 		"usage: %s -m DIR [--host ADDR] [--port N] [--threads N] [--parallel N]\n"
 		"                [--ctx-size N] [--queue N] [--api-key KEY | --api-key-file FILE]\n"
 		"                [--max-body BYTES] [--timeout S] [--max-conns N] [--cpus LIST]\n"
-		"                [--hugepages] [--numa MODE] [--verbose] [--mpi [--mpi-timeout S]]\n",
+		"                [--hugepages] [--numa MODE] [--verbose]\n"
+		"                [--spec mtp|ngram|draft] [--spec-k K] [--draft DIR]\n"
+		"                [--mpi [--mpi-timeout S]]\n",
 		prog);
 }
 
@@ -64,7 +67,7 @@ typedef struct opts {
 enum {
 	O_KEY = 256, O_KEYFILE, O_CPUS, O_CTX, O_HOST, O_HUGE, O_BODY, O_NUMA,
 	O_PAR, O_PORT, O_QUEUE, O_THREADS, O_TIMEOUT, O_VERBOSE, O_VERSION,
-	O_CONNS, O_MPI, O_MPI_TIMEOUT,
+	O_CONNS, O_MPI, O_MPI_TIMEOUT, O_SPEC, O_SPEC_K, O_DRAFT,
 };
 
 static const struct option longopts[] = {
@@ -72,6 +75,7 @@ static const struct option longopts[] = {
 	{ "api-key-file", required_argument, NULL, O_KEYFILE },
 	{ "cpus", required_argument, NULL, O_CPUS },
 	{ "ctx-size", required_argument, NULL, O_CTX },
+	{ "draft", required_argument, NULL, O_DRAFT },
 	{ "help", no_argument, NULL, 'h' },
 	{ "host", required_argument, NULL, O_HOST },
 	{ "hugepages", no_argument, NULL, O_HUGE },
@@ -84,6 +88,8 @@ static const struct option longopts[] = {
 	{ "parallel", required_argument, NULL, O_PAR },
 	{ "port", required_argument, NULL, O_PORT },
 	{ "queue", required_argument, NULL, O_QUEUE },
+	{ "spec", required_argument, NULL, O_SPEC },
+	{ "spec-k", required_argument, NULL, O_SPEC_K },
 	{ "threads", required_argument, NULL, O_THREADS },
 	{ "timeout", required_argument, NULL, O_TIMEOUT },
 	{ "verbose", no_argument, NULL, O_VERBOSE },
@@ -119,6 +125,9 @@ static int parse_one(opts *o, int c, const char *a)
 	case O_BODY: rc = ds_opt_long("--max-body", a, 16, 1L << 30, &v); s->max_body = (size_t)v; break;
 	case O_CONNS: rc = ds_opt_long("--max-conns", a, 1, 1L << 20, &v); s->max_conns = (unsigned)v; break;
 	case O_NUMA: s->numa = a; return 0;
+	case O_SPEC: s->spec = a; return 0;
+	case O_DRAFT: s->draft = a; return 0;
+	case O_SPEC_K: rc = ds_opt_long("--spec-k", a, 1, DS_SPEC_MAX_K, &v); s->spec_k = (uint32_t)v; break;
 	case O_PAR: rc = ds_opt_long("--parallel", a, 1, 256, &v); s->parallel = (uint32_t)v; break;
 	case O_PORT: rc = ds_opt_long("--port", a, 0, 65535, &v); s->port = (unsigned)v; break;
 	case O_QUEUE: rc = ds_opt_long("--queue", a, 0, 65536, &v); s->queue = (uint32_t)v; break;
@@ -134,6 +143,9 @@ static int parse_one(opts *o, int c, const char *a)
 
 static int check_args(opts *o)
 {
+	enum ds_spec_kind kind = DS_SPEC_NONE;
+	ds_err err;
+
 	if (o->so.model_dir == NULL) {
 		warnx("-m DIR is required");
 		usage(stderr);
@@ -149,6 +161,16 @@ static int check_args(opts *o)
 	}
 	if (o->mpi_timeout > 0 && !o->mpi) {
 		warnx("--mpi-timeout needs --mpi");
+		return 2;
+	}
+	if (o->so.spec && ds_spec_parse(o->so.spec, &kind, &err))
+		return ds_opt_bad("--spec", o->so.spec, err.msg);
+	if ((o->so.spec && kind == DS_SPEC_DRAFT) != (o->so.draft != NULL)) {
+		warnx("--draft DIR goes with --spec draft, and --spec draft needs it");
+		return 2;
+	}
+	if (o->so.spec_k && !o->so.spec) {
+		warnx("--spec-k needs --spec");
 		return 2;
 	}
 	if (o->so.numa && strcmp(o->so.numa, "interleave") != 0 &&

@@ -6,13 +6,15 @@ novels as Debian ships them (r-cran-janeaustenr), then export a Hugging Face
 checkpoint (bf16) and an AutoAWQ GEMM INT4 copy.
 
   scripts/train-demo.py [--out testdata/demo] [--work DIR] [--steps N]
-                        [--stage all|data|train|export]
+                        [--stage all|data|train|export|mtp]
 
 The model is scripts/ref/forward.py's CausalLM: training and the reference
 forward pass are the same code, so the checkpoint means what the reference
 (and a real DeepSeek-V2 checkpoint) means. Fixed seeds; CPU only.
 Stages: data (text + tokenizer + ids), train (work/train.pt, loss.csv),
-export (checkpoints, AWQ copy, perplexities, sample, loss PNG).
+export (checkpoints, AWQ copy, perplexities, sample, loss PNG); mtp (a
+DeepSeek-V3 multi-token-prediction module trained beside the frozen main
+model and added to the shipped checkpoints, main weights untouched).
 """
 
 import argparse
@@ -642,6 +644,209 @@ def export(work, out, group_size=64):
     plot_loss(work, out, res["bf16"]["perplexity"])
 
 
+# ----------------------------------------------------------------------------
+# the multi-token-prediction (MTP) module, trained with the main model frozen
+
+MTP_STEPS = 400
+MTP_CSV = "mtp-loss.csv"
+
+
+class MTP(torch.nn.Module):
+    """DeepSeek-V3's MTP module at depth 1 (docs/deepseek.md section 10): at
+    position i, eh_proj [enorm(Emb(t_i+1)) ; hnorm(h_i)] (the embedding
+    first, as vLLM and SGLang load the weight), one decoder layer (layer
+    N = num_hidden_layers, an MoE layer by the config's rule), then
+    shared_head.norm and the main model's output head; h_i is the main
+    model's hidden state after its final norm (what vLLM's and SGLang's
+    proposers pass). Embedding and head are the main model's (shared)."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        H, eps = cfg["hidden_size"], cfg.get("rms_norm_eps", 1e-6)
+        self.enorm = ref.RMSNorm(H, eps)
+        self.hnorm = ref.RMSNorm(H, eps)
+        self.eh_proj = torch.nn.Linear(2 * H, H, bias=False)
+        self.layer = ref.Layer(cfg, cfg["num_hidden_layers"])
+        self.head_norm = ref.RMSNorm(H, eps)
+
+    def forward(self, h, e, rope):
+        x = self.eh_proj(torch.cat([self.enorm(e), self.hnorm(h)], -1))
+        return self.head_norm(self.layer(x, rope))
+
+    def hf_state(self, N):
+        """Parameters under the checkpoint's names (model.layers.N.*)."""
+        pre = "model.layers.%d." % N
+        out = {pre + "enorm.weight": self.enorm.weight,
+               pre + "hnorm.weight": self.hnorm.weight,
+               pre + "eh_proj.weight": self.eh_proj.weight,
+               pre + "shared_head.norm.weight": self.head_norm.weight}
+        for k, v in self.layer.state_dict().items():
+            out[pre + k] = v
+        return out
+
+
+def mtp_init(mtp, main):
+    """Start from the main model's last decoder layer, eh_proj passing the
+    hidden half through (identity) and the embedding half small: the module
+    begins as one more layer over h_i and learns to use the next token."""
+    g = torch.Generator().manual_seed(SEED + 3)
+    H = main.cfg["hidden_size"]
+    with torch.no_grad():
+        mtp.layer.load_state_dict(main.model.layers[-1].state_dict())
+        w = torch.randn(H, 2 * H, generator=g) * 0.02
+        w[:, H:] += torch.eye(H)
+        mtp.eh_proj.weight.copy_(w)
+
+
+def mtp_batch(data, off, mtp, main, rope):
+    """Distillation targets for the module: at position i (0..CTX-2) it
+    sees h_i and token i+1 and learns the main model's distribution at
+    position i+1, the one verification compares its draft with."""
+    ids = torch.stack([data[o:o + CTX] for o in off])
+    with torch.no_grad():
+        h = main.hidden(ids)
+        teacher = main.lm_head(h[:, 1:]).float().log_softmax(-1)
+        emb = main.model.embed_tokens(ids[:, 1:])
+    out = mtp(h[:, :-1], emb, rope)
+    logp = main.lm_head(out).float().log_softmax(-1)
+    kl = (teacher.exp() * (teacher - logp)).sum(-1).mean()
+    agree = (logp.argmax(-1) == teacher.argmax(-1)).float().mean()
+    return kl, agree
+
+
+def mtp_aux(mtp, batch, alpha):
+    """The MoE layer's sequence-wise balance loss, as in the main training."""
+    m = mtp.layer.mlp
+    if not isinstance(m, ref.MoE) or m.last is None:
+        return torch.zeros(())
+    idx, s = m.last
+    E, k = s.shape[-1], idx.shape[-1]
+    s = s.view(batch, -1, E)
+    ce = torch.zeros(batch, E).scatter_add_(1, idx.view(batch, -1),
+                                            torch.ones(batch, idx.view(batch, -1).shape[1]))
+    ce = ce / (s.shape[1] * k / E)
+    return (ce * s.mean(1)).sum(1).mean() * alpha
+
+
+def train_mtp(work, out, steps, batch, lr_max, log_every=10):
+    """Train the MTP module on the same stream, the shipped main model frozen
+    (its BF16 weights, read back from out/), and save it to work/mtp.pt."""
+    torch.manual_seed(SEED)
+    torch.set_num_threads(1)
+    data = torch.from_numpy(np.load(os.path.join(work, "train.npy")).astype(np.int64))
+    main = ref.build_model(out, torch.float32)
+    for p in main.parameters():
+        p.requires_grad_(False)
+    cfg = dict(main.cfg)
+    mtp = MTP(cfg)
+    mtp_init(mtp, main)
+    mtp.train()
+    decay = [p for p in mtp.parameters() if p.dim() >= 2]
+    nodecay = [p for p in mtp.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": nodecay, "weight_decay": 0.0}],
+                            lr=lr_max, betas=(0.9, 0.95), eps=1e-8)
+    warm = max(1, steps // 25)
+    g = torch.Generator().manual_seed(SEED + 4)
+    rope = main.rope(CTX - 1, torch.float32)
+    rows, t0 = [], time.time()
+    for step in range(1, steps + 1):
+        lr = lr_max * (step / warm if step <= warm else
+                       0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - warm) / (steps - warm))))
+        for grp in opt.param_groups:
+            grp["lr"] = lr
+        off = torch.randint(0, len(data) - CTX, (batch,), generator=g)
+        with torch.cpu.amp.autocast(dtype=torch.bfloat16):
+            kl, agree = mtp_batch(data, off, mtp, main, rope)
+        la = mtp_aux(mtp, batch, cfg["aux_loss_alpha"])
+        opt.zero_grad(set_to_none=True)
+        (kl + la).backward()
+        torch.nn.utils.clip_grad_norm_(mtp.parameters(), 1.0)
+        opt.step()
+        rows.append((step, step * batch * (CTX - 1), float(kl), float(agree), float(la), lr,
+                     time.time() - t0))
+        if step % log_every == 0 or step == steps:
+            log("mtp step %d/%d kl %.4f agree %.3f aux %.4f lr %.2e %.0fs"
+                % (step, steps, rows[-1][2], rows[-1][3], rows[-1][4], lr, rows[-1][6]))
+    with open(os.path.join(work, MTP_CSV), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["step", "positions", "kl", "top1_agreement", "aux_loss", "lr", "seconds"])
+        w.writerows(rows)
+    torch.save(mtp.state_dict(), os.path.join(work, "mtp.pt"))
+    log("mtp: trained %d steps in %.0f s" % (steps, time.time() - t0))
+
+
+def raw_safetensors(path):
+    """{name: (dtype, raw bytes, shape)} of a safetensors file, bytes as stored."""
+    with open(path, "rb") as f:
+        buf = f.read()
+    n = int.from_bytes(buf[:8], "little")
+    hdr = json.loads(buf[8:8 + n])
+    data = buf[8 + n:]
+    return {k: (v["dtype"], data[v["data_offsets"][0]:v["data_offsets"][1]], v["shape"])
+            for k, v in hdr.items() if k != "__metadata__"}
+
+
+def export_mtp(work, out, group_size=64):
+    """Add the trained module to out/ (BF16) and out/awq/ (its decoder
+    layer's Linears quantized by the AutoAWQ zero-point rule, the rest
+    BF16), config.json's num_nextn_predict_layers = 1. The main model's
+    tensors are copied byte for byte. The shared embedding and head are
+    not stored again (a loader takes the main model's; ds-convert counts
+    them as shared)."""
+    torch.set_grad_enabled(False)
+    cfg = json.load(open(os.path.join(out, "config.json")))
+    N = cfg["num_hidden_layers"]
+    base = dict(cfg)
+    base.pop("num_nextn_predict_layers", None)
+    mtp = MTP(base)
+    mtp.load_state_dict(torch.load(os.path.join(work, "mtp.pt")))
+    state = {k: v.float() for k, v in mtp.hf_state(N).items()}
+    pre = "model.layers.%d." % N
+    for d, quant in ((out, False), (os.path.join(out, "awq"), True)):
+        path = os.path.join(d, "model.safetensors")
+        tens = {k: v for k, v in raw_safetensors(path).items() if not k.startswith(pre)}
+        for k, v in state.items():
+            mod = k[:-len(".weight")]
+            inner = mod[len(pre):]
+            if quant and k.endswith(".weight") and v.dim() == 2 and \
+                    inner.startswith(("self_attn.", "mlp.")) and ".gate." not in k + ".":
+                q, z, s = awq_rtn(v.double(), group_size)
+                qw, qz, sc = pack_awq_gemm(q, z, s)
+                tens[mod + ".qweight"] = ("I32", qw.astype("<i4").tobytes(), qw.shape)
+                tens[mod + ".qzeros"] = ("I32", qz.astype("<i4").tobytes(), qz.shape)
+                tens[mod + ".scales"] = ("F16", sc.tobytes(), sc.shape)
+            else:
+                tens[k] = ("BF16", bf16_bytes(v), v.shape)
+        write_safetensors(path, tens)
+        c = json.load(open(os.path.join(d, "config.json")))
+        c["num_nextn_predict_layers"] = 1
+        write_config(d, c)
+    import shutil
+    shutil.copy(os.path.join(work, MTP_CSV), os.path.join(out, MTP_CSV))
+    rows = list(csv.DictReader(open(os.path.join(work, MTP_CSV))))
+    last = rows[-25:]
+    with open(os.path.join(out, "training-mtp.json"), "w") as f:
+        json.dump({"parameters": sum(p.numel() for p in mtp.parameters()),
+                   "steps": len(rows), "seconds": float(rows[-1]["seconds"]),
+                   "final_kl_mean_last_25_steps": sum(float(r["kl"]) for r in last) / len(last),
+                   "final_top1_agreement_mean_last_25_steps":
+                       sum(float(r["top1_agreement"]) for r in last) / len(last)}, f, indent=2)
+        f.write("\n")
+    log("mtp: added to %s and %s/awq" % (out, out))
+
+
+def mtp_data(work, out):
+    """The training stream, rebuilt with the shipped tokenizer (the data
+    stage trains one only when work/ has none)."""
+    import shutil
+    os.makedirs(work, exist_ok=True)
+    if not os.path.exists(os.path.join(work, "train.npy")):
+        shutil.copy(os.path.join(out, "tokenizer.model"), os.path.join(work, "tokenizer.model"))
+        prepare_data(work)
+
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=os.path.join(HERE, "..", "testdata", "demo"))
@@ -651,7 +856,8 @@ def main():
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--stop-after", type=int, default=None,
                     help="stop after this many steps of the --steps schedule")
-    ap.add_argument("--stage", choices=("all", "data", "train", "export"), default="all")
+    ap.add_argument("--stage", choices=("all", "data", "train", "export", "mtp"), default="all")
+    ap.add_argument("--mtp-steps", type=int, default=MTP_STEPS)
     args = ap.parse_args()
     random.seed(SEED)
     np.random.seed(SEED)
@@ -661,6 +867,10 @@ def main():
         train(args.work, args.steps, args.batch, args.lr, args.stop_after)
     if args.stage in ("all", "export"):
         export(args.work, args.out)
+    if args.stage in ("all", "mtp"):
+        mtp_data(args.work, args.out)
+        train_mtp(args.work, args.out, args.mtp_steps, args.batch, args.lr)
+        export_mtp(args.work, args.out)
 
 
 if __name__ == "__main__":

@@ -322,3 +322,55 @@ void ds_report_models_end(ds_report *r)
 	else if (r->fmt == DS_REPORT_MD && r->n)
 		fprintf(r->f, "\npeak RSS %.1f MiB\n", ds_rss_peak_mib());
 }
+
+/* ---- speculative decoding --------------------------------------------------------- */
+
+void ds_report_spec(ds_report *o, const char *model, int threads,
+		    const ds_specbench_row *r)
+{
+	if (o->fmt == DS_REPORT_CSV) {
+		fprintf(o->f, "model,drafter,k,n,reps,threads,plain_ts,spec_ts,speedup,"
+			"speedup_lo,speedup_hi,drafted,accepted,acceptance,mean_len,same\n"
+			"%s,%s,%u,%u,%d,%d,%.2f,%.2f,%.3f,%.3f,%.3f,%zu,%zu,%.3f,%.2f,%d\n",
+			model, r->drafter, r->k, r->n, r->reps, threads, r->plain_ts,
+			r->spec_ts, r->speedup, r->speedup_lo, r->speedup_hi, r->drafted,
+			r->accepted, r->acceptance, r->mean_len, r->same);
+		return;
+	}
+	fprintf(o->f, "| model | drafter | K | tokens | plain t/s | spec t/s | speedup "
+		"(range) | drafted | accepted | acceptance | mean accepted length |\n"
+		"| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |\n"
+		"| %s | %s | %s | %u x %d | %.1f | %.1f | %.2fx (%.2f-%.2f) | %zu | %zu "
+		"| %.3f | %.2f |\n", model, r->drafter, r->k ? "" : "auto", r->n, r->reps,
+		r->plain_ts, r->spec_ts, r->speedup, r->speedup_lo, r->speedup_hi,
+		r->drafted, r->accepted, r->acceptance, r->mean_len);
+	if (r->k)
+		fprintf(o->f, "\n(K %u)\n", r->k);
+}
+
+void ds_report_verify(ds_report *o, const char *name, const ds_verify_row *r)
+{
+	static const double rates[] = { 0.5, 0.6, 0.7, 0.8, 0.9 };
+	uint32_t e, k;
+	size_t i;
+
+	if (o->fmt == DS_REPORT_CSV) {
+		fprintf(o->f, "model,threads,ctx,entries,ms,cost\n");
+		for (e = 1; e <= r->max_e; e++)
+			fprintf(o->f, "%s,%d,%u,%u,%.4f,%.4f\n", name, r->threads, r->ctx, e,
+				r->ms[e], r->cost[e]);
+		return;
+	}
+	fprintf(o->f, "%s, %d threads, %u positions cached, %d rounds\n\n"
+		"| entries (1 + drafts) | ms per pass | cost vs 1 |\n| ---: | ---: | ---: |\n",
+		name, r->threads, r->ctx, r->reps);
+	for (e = 1; e <= r->max_e; e++)
+		fprintf(o->f, "| %u | %.3f | %.2f |\n", e, r->ms[e], r->cost[e]);
+	fprintf(o->f, "\n| acceptance | best speedup (free drafts) | at K |\n"
+		"| ---: | ---: | ---: |\n");
+	for (i = 0; i < sizeof rates / sizeof rates[0]; i++) {
+		double b = ds_verify_bound(r, rates[i], &k);
+
+		fprintf(o->f, "| %.1f | %.2fx | %u |\n", rates[i], b, k);
+	}
+}

@@ -12,6 +12,7 @@
 
 #include "kbench.h"
 #include "mbench.h"
+#include "specbench.h"
 
 enum ds_report_fmt { DS_REPORT_MD, DS_REPORT_CSV, DS_REPORT_JSON, DS_REPORT_JSONL };
 
@@ -33,6 +34,13 @@ void ds_report_kernels_end(ds_report *r);
 /* Models: the rows (ds_mbench_emit), then the end (md: the peak RSS). */
 void ds_report_model_row(void *report, const ds_mbench_row *row);
 void ds_report_models_end(ds_report *r);
+
+/* --spec: plain against speculative decoding (md or csv). */
+void ds_report_spec(ds_report *r, const char *model, int threads,
+		    const ds_specbench_row *row);
+/* --verify: a pass of E entries against one, and the speedup bound at
+ * each acceptance rate (md or csv). */
+void ds_report_verify(ds_report *r, const char *name, const ds_verify_row *row);
 
 /* "636.18 MiB", "9.06 GiB"; "1.10 B", "35.2 M" */
 const char *ds_report_bytes(uint64_t b, char *buf, size_t len);

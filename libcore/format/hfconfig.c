@@ -326,10 +326,9 @@ static void hf_deepseek(ds_hparams *hp, rd *r, int v3)
 	hp->qk_rope_head_dim = rd_u32(r, "qk_rope_head_dim", 1, 0, 2, 1024);
 	hp->v_head_dim = rd_u32(r, "v_head_dim", 1, 0, 1, 1024);
 	hp->head_dim = hp->qk_nope_head_dim + hp->qk_rope_head_dim;
-	/* the MTP layers follow the last; V3 ships one */
-	if (v3)
-		hp->n_mtp = rd_u32(r, "num_nextn_predict_layers", 0, 0, 0,
-				   DS_MAX_MTP);
+	/* the MTP layers follow the last: V3 ships one, and a checkpoint of
+	 * V2's architecture may carry one (testdata/demo's) */
+	hp->n_mtp = rd_u32(r, "num_nextn_predict_layers", 0, 0, 0, DS_MAX_MTP);
 	hp->n_expert = rd_u32(r, "n_routed_experts", 0, 0, 0, 4096);
 	if (hp->n_expert == 0)
 		return;

@@ -70,6 +70,15 @@ struct ds_fwd {
 	const float *out_norm;           /* (H) */
 	ds_mat output;                   /* (n_vocab, H); tied: tok_embd */
 	ds_layer *layers;                /* [n_layer] */
+	uint32_t n_layer;                /* layers bound: the model's, or 1
+					    for the MTP module */
+	/* the MTP module (ds_fwd_opts.mtp): the norms of its two inputs and
+	 * their projection; layers[0] is its decoder layer, tok_embd,
+	 * out_norm and output its embedding, head norm and head */
+	int mtp;
+	const float *mtp_enorm, *mtp_hnorm;
+	ds_mat mtp_eh;                   /* (H, 2H) */
+	float *cat;                      /* (T, 2H) the normed inputs */
 	ds_rope rope;
 	float rope_cs[2 * DS_ROPE_MAXDIM];
 	const float *rope1;              /* a step of one token: rope's table
@@ -148,9 +157,9 @@ void ds_ep_moe(ds_fwd *f, const ds_layer *L, size_t T);
 
 /* The type of the derived matrices for an attn_kv_b of type kv_b. */
 ds_ttype ds_mla_derived_type(ds_ttype kv_b);
-/* The bytes of every layer's derived matrices (DS_FWD_DERIVED). */
-int ds_mla_derived_bytes(const ds_hparams *hp, ds_ttype kv_b, uint64_t *bytes,
-			 ds_err *err);
+/* The bytes of n_layer layers' derived matrices (DS_FWD_DERIVED). */
+int ds_mla_derived_bytes(const ds_hparams *hp, uint32_t n_layer, ds_ttype kv_b,
+			 uint64_t *bytes, ds_err *err);
 /* Derive W_UK^T (and W_UV when needed) for every layer into f->derived
  * (ds_mla_derived_bytes of it), and the layers' per-head views into
  * f->head_mats (2 n_layer n_head of them). */

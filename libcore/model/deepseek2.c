@@ -50,10 +50,9 @@ static void mla_project(ds_fwd *f, const ds_layer *L, size_t T)
 
 void ds_deepseek2_layers(ds_fwd *f, ds_kvcache *kv, size_t T)
 {
-	const ds_hparams *hp = f->hp;
 	uint32_t l;
 
-	for (l = 0; l < hp->n_layer; l++) {
+	for (l = 0; l < f->n_layer; l++) {
 		const ds_layer *L = &f->layers[l];
 
 		mla_project(f, L, T);

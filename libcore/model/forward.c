@@ -108,11 +108,47 @@ static int bind_attn(const ds_model *m, ds_layer *L, uint32_t i, ds_err *err)
 	       bind_mat(m, &L->wo, err, "blk.%u.attn_output", i) ? -1 : 0;
 }
 
+/* The MTP module: its decoder layer blk.N (N = n_layer) as the one
+ * layer, its input norms and projection, and its own embedding and head
+ * or, where the converter found them identical, the main model's. */
+static int bind_mtp(ds_fwd *f, ds_err *err)
+{
+	const ds_model *m = f->m;
+	const ds_hparams *hp = &m->hp;
+	ds_layer *L;
+
+	if (hp->n_mtp == 0 || m->n_mtp_tensors == 0)
+		return ds_errf(err, "%s: the model has no multi-token-prediction "
+			       "module%s", m->dir, hp->n_mtp ? " loaded" : "");
+	f->n_layer = 1;
+	f->layers = ds_calloc(1, sizeof *f->layers, err);
+	if (f->layers == NULL)
+		return -1;
+	L = &f->layers[0];
+	L->attn_norm = bind_vec(m, "blk.%u.attn_norm", hp->n_layer);
+	L->ffn_norm = bind_vec(m, "blk.%u.ffn_norm", hp->n_layer);
+	f->mtp_enorm = bind_vec(m, "mtp.enorm");
+	f->mtp_hnorm = bind_vec(m, "mtp.hnorm");
+	f->out_norm = bind_vec(m, "mtp.head_norm");
+	if (!f->mtp_enorm || !f->mtp_hnorm || !f->out_norm)
+		return ds_errf(err, "%s: model.meta: the MTP norms are missing", m->dir);
+	if (bind_attn(m, L, hp->n_layer, err) || bind_ffn(m, L, hp->n_layer, err) ||
+	    bind_mat(m, &f->mtp_eh, err, "mtp.eh_proj") ||
+	    bind_mat(m, &f->tok_embd, err, hp->mtp_shares_embd ? "token_embd" : "mtp.embd"))
+		return -1;
+	if (!hp->mtp_shares_head)
+		return bind_mat(m, &f->output, err, "mtp.head");
+	return bind_mat(m, &f->output, err, hp->tie_embeddings ? "token_embd" : "output");
+}
+
 static int bind_all(ds_fwd *f, ds_err *err)
 {
 	const ds_model *m = f->m;
 	uint32_t i;
 
+	if (f->mtp)
+		return bind_mtp(f, err);
+	f->n_layer = m->hp.n_layer;
 	f->layers = ds_calloc(m->hp.n_layer, sizeof *f->layers, err);
 	if (f->layers == NULL || bind_mat(m, &f->tok_embd, err, "token_embd"))
 		return -1;
@@ -237,7 +273,7 @@ static int ctx_init(ds_fwd *f, ds_err *err)
 		const ds_layer *L = NULL;
 		uint32_t i;
 
-		for (i = 0; i < hp->n_layer && L == NULL; i++)
+		for (i = 0; i < f->n_layer && L == NULL; i++)
 			if (f->layers[i].moe)
 				L = &f->layers[i];
 		if (L != NULL) {
@@ -302,9 +338,9 @@ static int mla_bufs(ds_fwd *f, ds_err *err)
 	const ds_hparams *hp = f->hp;
 	uint64_t bytes;
 
-	if (ds_mla_derived_bytes(hp, f->layers[0].wkv_b.type, &bytes, err))
+	if (ds_mla_derived_bytes(hp, f->n_layer, f->layers[0].wkv_b.type, &bytes, err))
 		return -1;
-	f->head_mats = ds_calloc((size_t)hp->n_layer * 2, hp->n_head * sizeof(ds_mat), err);
+	f->head_mats = ds_calloc((size_t)f->n_layer * 2, hp->n_head * sizeof(ds_mat), err);
 	f->derived = fwd_map(f, (size_t)bytes, err);
 	if (f->head_mats == NULL || f->derived == NULL)
 		return ds_err_prefix(err, "MLA: derived matrices");
@@ -356,6 +392,8 @@ static int bufs_init(ds_fwd *f, ds_err *err)
 		}
 	}
 	f->logits = fbuf(f, T, hp->n_vocab, sizeof(float), &oom);
+	if (f->mtp)
+		f->cat = fbuf(f, T, 2 * H, sizeof(float), &oom);
 	f->tok = fbuf(f, T, 1, sizeof *f->tok, &oom);
 	f->pos = fbuf(f, T, 1, sizeof *f->pos, &oom);
 	f->out_rows = fbuf(f, T, 1, sizeof *f->out_rows, &oom);
@@ -387,6 +425,7 @@ int ds_fwd_init(ds_fwd **out, const ds_model *m, ds_pool *pool,
 			"experts (%s has none)", m->dir, ds_arch_name(m->hp.arch));
 		goto fail;
 	}
+	f->mtp = opts && opts->mtp;
 	if (bind_all(f, err) || ds_fwd_rope_init(f->hp, &f->rope, &scale, err))
 		goto fail;
 	f->attn_scale = (float)scale;
@@ -525,12 +564,59 @@ static void head(ds_fwd *f)
 	ds_matmul_many(&f->ctx, &in, &o, 1);
 }
 
-int ds_fwd_decode(ds_fwd *f, ds_kvcache *kv, const ds_batch *b, ds_err *err)
+/* The MTP module's input: x = eh_proj [RMSNorm(e; enorm) ; RMSNorm(h;
+ * hnorm)], the embedding first (as vLLM and SGLang read the weight). */
+static int mtp_input(ds_fwd *f, const float *hidden, size_t T, ds_err *err)
+{
+	size_t H = f->hp->n_embd;
+	float eps = (float)f->hp->norm_eps;
+
+	if (ds_embed(&f->ctx, &f->tok_embd, f->tok, T, f->h, 0, err))
+		return -1;
+	ds_rmsnorm(&f->ctx, f->h, 0, f->mtp_enorm, eps, T, H, f->cat, 2 * H);
+	ds_rmsnorm(&f->ctx, hidden, 0, f->mtp_hnorm, eps, T, H, f->cat + H, 2 * H);
+	ds_matmul(&f->ctx, &f->mtp_eh, f->cat, T, f->x);
+	return 0;
+}
+
+/* The pass over a prepared batch whose x holds the inputs. */
+static void layers_and_head(ds_fwd *f, ds_kvcache *kv, size_t n)
 {
 	size_t i;
 
-	if (kv->n_layer != f->hp->n_layer || kv->mla != (f->hp->arch == DS_ARCH_DEEPSEEK2))
+	/* decode: rope's table once for all layers */
+	f->rope1 = NULL;
+	if (n == 1) {
+		ds_rope_table(&f->rope, (double)f->runs[0].pos0, f->rope_cs);
+		f->rope1 = f->rope_cs;
+	}
+	switch (f->hp->arch) {
+	case DS_ARCH_LLAMA: ds_llama_layers(f, kv, n); break;
+	case DS_ARCH_QWEN2: ds_qwen2_layers(f, kv, n); break;
+	case DS_ARCH_DEEPSEEK2: ds_deepseek2_layers(f, kv, n); break;
+	}
+	for (i = 0; i < f->n_runs; i++) {
+		const ds_run *r = &f->runs[i];
+
+		if (kv->len[r->seq] < r->pos0 + r->n)
+			kv->len[r->seq] = r->pos0 + r->n;
+	}
+	head(f);
+}
+
+static int kv_check(const ds_fwd *f, const ds_kvcache *kv, ds_err *err)
+{
+	if (kv->n_layer != f->n_layer || kv->mla != (f->hp->arch == DS_ARCH_DEEPSEEK2))
 		return ds_errf(err, "KV cache made for another model");
+	return 0;
+}
+
+int ds_fwd_decode(ds_fwd *f, ds_kvcache *kv, const ds_batch *b, ds_err *err)
+{
+	if (f->mtp)
+		return ds_errf(err, "the MTP module's forward runs by ds_fwd_mtp");
+	if (kv_check(f, kv, err))
+		return -1;
 	if (b->n == 0) {
 		f->n_out = 0;
 		return 0;
@@ -542,25 +628,34 @@ int ds_fwd_decode(ds_fwd *f, ds_kvcache *kv, const ds_batch *b, ds_err *err)
 		f->ep->batch(f->ep->arg, kv, b);
 	if (ds_embed(&f->ctx, &f->tok_embd, f->tok, b->n, f->x, 0, err))
 		return -1;
-	/* decode: rope's table once for all layers */
-	f->rope1 = NULL;
-	if (b->n == 1) {
-		ds_rope_table(&f->rope, (double)f->runs[0].pos0, f->rope_cs);
-		f->rope1 = f->rope_cs;
-	}
-	switch (f->hp->arch) {
-	case DS_ARCH_LLAMA: ds_llama_layers(f, kv, b->n); break;
-	case DS_ARCH_QWEN2: ds_qwen2_layers(f, kv, b->n); break;
-	case DS_ARCH_DEEPSEEK2: ds_deepseek2_layers(f, kv, b->n); break;
-	}
-	for (i = 0; i < f->n_runs; i++) {
-		const ds_run *r = &f->runs[i];
-
-		if (kv->len[r->seq] < r->pos0 + r->n)
-			kv->len[r->seq] = r->pos0 + r->n;
-	}
-	head(f);
+	layers_and_head(f, kv, b->n);
 	return 0;
+}
+
+int ds_fwd_mtp(ds_fwd *f, ds_kvcache *kv, const ds_batch *b, const float *hidden,
+	       ds_err *err)
+{
+	if (!f->mtp)
+		return ds_errf(err, "ds_fwd_mtp: the forward is not the MTP module's");
+	if (kv_check(f, kv, err))
+		return -1;
+	if (b->n == 0) {
+		f->n_out = 0;
+		return 0;
+	}
+	if (batch_prepare(f, kv, b, err) || mtp_input(f, hidden, b->n, err))
+		return -1;
+	layers_and_head(f, kv, b->n);
+	return 0;
+}
+
+void ds_fwd_hidden(const ds_fwd *f, const uint32_t *rows, size_t n, float *out)
+{
+	size_t H = f->hp->n_embd, i;
+
+	for (i = 0; i < n; i++)
+		f->kern->rmsnorm(f->x + (size_t)rows[i] * H, f->out_norm, H,
+				 (float)f->hp->norm_eps, out + i * H);
 }
 
 const float *ds_fwd_logits(const ds_fwd *f, size_t i)
@@ -595,6 +690,11 @@ void ds_fwd_get_info(const ds_fwd *f, ds_fwd_info *info)
 		size_t n = strlen(t->name);
 		uint64_t b = t->size;
 
+		/* the MTP module's tensors come last (modelfile.h): the
+		 * main model's forward reads none of them, the module's
+		 * only them (and the head it may share, counted below) */
+		if ((i >= m->n_tensors - m->n_mtp_tensors) != (f->mtp != 0))
+			continue;
 		info->weight_bytes += b;
 		if (n > 5 && strcmp(t->name + n - 5, "_exps") == 0 && hp->n_expert) {
 			uint64_t one = b / hp->n_expert, here = hp->n_expert;
@@ -612,5 +712,7 @@ void ds_fwd_get_info(const ds_fwd *f, ds_fwd_info *info)
 			continue;       /* one row per token */
 		info->active_bytes += b;
 	}
+	if (f->mtp && f->hp->mtp_shares_head)
+		info->active_bytes += f->output.e_bytes;
 	info->active_bytes += f->derived_bytes;
 }

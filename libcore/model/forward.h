@@ -83,6 +83,10 @@ typedef struct ds_fwd_opts {
 	uint32_t max_batch;   /* most entries per ds_fwd_decode; 0: 256 */
 	const ds_fwd_ep *ep;  /* NULL: every expert in this process;
 				 else kept, it must outlive the forward */
+	int mtp;              /* the model's multi-token-prediction module
+				 (docs/deepseek.md section 10; the model
+				 loaded with DS_LOAD_MTP) instead of its
+				 layers: ds_fwd_mtp runs it */
 } ds_fwd_opts;
 
 /* Bind the model's tensors (which must outlive the forward), derive what
@@ -114,6 +118,21 @@ struct ds_batch {
 
 int ds_fwd_decode(ds_fwd *f, ds_kvcache *kv, const ds_batch *b,
 		  ds_err *err);
+
+/* The last pass's final hidden states of batch rows rows[0..n), through
+ * the output norm (what the head reads), into out [n][n_embd]. */
+void ds_fwd_hidden(const ds_fwd *f, const uint32_t *rows, size_t n, float *out);
+
+/* A pass of the MTP module (a forward opened with .mtp) over a cache of
+ * one layer: entry i is its token's embedding and hidden [i][n_embd]
+ * (the main model's hidden state at the position before, through its
+ * output norm, or the module's own, chaining), as
+ *	x = eh_proj [RMSNorm(embd(token); enorm) ; RMSNorm(hidden; hnorm)]
+ * through the module's decoder layer at the entry's position; logits
+ * (RMSNorm(x; head_norm) through the head) as ds_fwd_decode's, and
+ * ds_fwd_hidden gives the module's normed output rows. */
+int ds_fwd_mtp(ds_fwd *f, ds_kvcache *kv, const ds_batch *b, const float *hidden,
+	       ds_err *err);
 
 /* The logits [n_vocab] of the i-th entry that asked for them, in batch
  * order, valid until the next ds_fwd_decode. */
@@ -199,6 +218,8 @@ typedef struct ds_load_opts {
 	 * ep_parts 0: the whole model. */
 	uint32_t ep_parts, ep_part;
 	int no_output;
+	int mtp;              /* the multi-token-prediction module's tensors
+				 too (DS_LOAD_MTP) */
 } ds_load_opts;
 
 /* ds_model_load with MAP_POPULATE (unless no_populate, hugepages or numa:

@@ -17,7 +17,7 @@ void ds_llama_layers(ds_fwd *f, ds_kvcache *kv, size_t T)
 	const ds_hparams *hp = f->hp;
 	uint32_t i;
 
-	for (i = 0; i < hp->n_layer; i++) {
+	for (i = 0; i < f->n_layer; i++) {
 		const ds_layer *L = &f->layers[i];
 		ds_in in = {
 			.x = f->x, .t = T, .norm = L->attn_norm,

@@ -238,13 +238,13 @@ static int derived_layer(const ds_hparams *hp, ds_ttype dt, uint64_t *bk,
 	       (!wv_in_place(hp) && ds_tensor_bytes(dt, 3, vb, bv)) ? -1 : 0;
 }
 
-int ds_mla_derived_bytes(const ds_hparams *hp, ds_ttype kv_b, uint64_t *bytes,
-			 ds_err *err)
+int ds_mla_derived_bytes(const ds_hparams *hp, uint32_t n_layer, ds_ttype kv_b,
+			 uint64_t *bytes, ds_err *err)
 {
 	uint64_t bk, bv;
 
 	if (derived_layer(hp, ds_mla_derived_type(kv_b), &bk, &bv) ||
-	    ds_mul_u64(ds_round_up(bk, 64) + ds_round_up(bv, 64), hp->n_layer, bytes) ||
+	    ds_mul_u64(ds_round_up(bk, 64) + ds_round_up(bv, 64), n_layer, bytes) ||
 	    *bytes > SIZE_MAX)
 		return ds_errf(err, "MLA: derived matrices: size overflows");
 	return 0;
@@ -263,7 +263,7 @@ static int derive_layout(ds_fwd *f, ds_ttype dt, ds_err *err)
 
 	if (derived_layer(hp, dt, &bk, &bv))
 		return ds_errf(err, "MLA: derived matrices: size overflows");
-	for (l = 0; l < hp->n_layer; l++) {
+	for (l = 0; l < f->n_layer; l++) {
 		ds_layer *L = &f->layers[l];
 
 		L->wv_view = bv == 0;
@@ -295,7 +295,7 @@ int ds_mla_derive(ds_fwd *f, ds_err *err)
 	size_t dmax = hp->qk_nope_head_dim > hp->v_head_dim ? hp->qk_nope_head_dim
 							    : hp->v_head_dim;
 	derive_job j = { .f = f, .parts = parts, .per = dmax * hp->kv_lora_rank,
-			 .units = (size_t)hp->n_layer * hp->n_head * parts };
+			 .units = (size_t)f->n_layer * hp->n_head * parts };
 	int rc = -1;
 
 	if (derive_layout(f, dt, err))

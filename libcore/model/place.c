@@ -292,6 +292,8 @@ int ds_model_open(ds_model *m, ds_pool *pool, const char *dir,
 		flags |= DS_LOAD_POPULATE;
 	if (o->mlock && !o->hugepages)
 		flags |= DS_LOAD_MLOCK;
+	if (o->mtp)
+		flags |= DS_LOAD_MTP;
 	if (ds_model_load(m, dir, flags, err))
 		return -1;
 	if (o->mlock)

@@ -18,7 +18,7 @@ void ds_qwen2_layers(ds_fwd *f, ds_kvcache *kv, size_t T)
 	size_t nh = hp->n_head, nkv = hp->n_head_kv, hd = hp->head_dim;
 	uint32_t i;
 
-	for (i = 0; i < hp->n_layer; i++) {
+	for (i = 0; i < f->n_layer; i++) {
 		const ds_layer *L = &f->layers[i];
 		ds_in in = {
 			.x = f->x, .t = T, .norm = L->attn_norm,

@@ -611,14 +611,12 @@ static int bind(ref_model *r, const ds_model *m, ds_err *err)
 	return 0;
 }
 
-int ds_ref_forward(const ds_model *m, const int32_t *tok, size_t n, float *logits,
-		   ds_err *err)
+/* The main model over tok[0..n) into s (x: the last layer's output). */
+static int ref_main(ref_model *r, ref_state *s, const ds_model *m,
+		    const int32_t *tok, size_t n, ds_err *err)
 {
-	ref_model r = { .hp = &m->hp, .scalar = ds_kernels_isa(DS_ISA_SCALAR) };
-	ref_state s = { 0 };
 	size_t H = m->hp.n_embd, t;
 	uint32_t l;
-	int rc = -1;
 
 	if (n == 0)
 		return ds_errf(err, "reference: no tokens");
@@ -626,17 +624,93 @@ int ds_ref_forward(const ds_model *m, const int32_t *tok, size_t n, float *logit
 		if (tok[t] < 0 || (uint32_t)tok[t] >= m->hp.n_vocab)
 			return ds_errf(err, "reference: token %zu: id %d is not below "
 				       "the vocabulary size %u", t, tok[t], m->hp.n_vocab);
-	if (bind(&r, m, err) || rope_init(&r, err) ||
-	    (r.row = ds_calloc(widest(m), sizeof *r.row, err)) == NULL)
-		goto out;
-	if (state_init(&s, &m->hp, n)) {
-		ds_errf(err, "reference: out of memory for %zu tokens", n);
-		goto out;
-	}
+	if (bind(r, m, err) || rope_init(r, err) ||
+	    (r->row = ds_calloc(widest(m), sizeof *r->row, err)) == NULL)
+		return -1;
+	if (state_init(s, &m->hp, n))
+		return ds_errf(err, "reference: out of memory for %zu tokens", n);
 	for (t = 0; t < n; t++)                     /* x = embedding rows */
-		r.scalar->dequant_row(&r.tok_embd, (uint64_t)tok[t], s.x + t * H);
+		r->scalar->dequant_row(&r->tok_embd, (uint64_t)tok[t], s->x + t * H);
 	for (l = 0; l < m->hp.n_layer; l++)
-		layer(&r, &r.layers[l], &s);
+		layer(r, &r->layers[l], s);
+	return 0;
+}
+
+/* The module's tensors: its layer (blk.N), norms, projection, and its
+ * own embedding and head or the main model's. */
+static int bind_mtp(const ds_model *m, ref_layer *L, ds_mat *eh, ds_mat *embd,
+		    ds_mat *head, const float **nrm, ds_err *err)
+{
+	const ds_hparams *hp = &m->hp;
+
+	nrm[0] = vec(m, -1, "mtp.enorm");
+	nrm[1] = vec(m, -1, "mtp.hnorm");
+	nrm[2] = vec(m, -1, "mtp.head_norm");
+	if (hp->n_mtp == 0 || !nrm[0] || !nrm[1] || !nrm[2])
+		return ds_errf(err, "%s: no multi-token-prediction module loaded", m->dir);
+	return bind_layer(m, L, (int)hp->n_layer, err) ||
+	       mat(m, -1, "mtp.eh_proj", eh, err) ||
+	       mat(m, -1, hp->mtp_shares_embd ? "token_embd" : "mtp.embd", embd, err) ||
+	       mat(m, -1, !hp->mtp_shares_head ? "mtp.head" :
+		       hp->tie_embeddings ? "token_embd" : "output", head, err) ? -1 : 0;
+}
+
+int ds_ref_mtp(const ds_model *m, const int32_t *tok, size_t n, float *logits,
+	       ds_err *err)
+{
+	ref_model r = { .hp = &m->hp, .scalar = ds_kernels_isa(DS_ISA_SCALAR) };
+	ref_state s = { 0 }, u = { 0 };
+	ref_layer L;
+	ds_mat eh, embd, head;
+	const float *nrm[3];
+	size_t H = m->hp.n_embd, t, T = n - 1;
+	float *cat = NULL, *e = NULL;
+	int rc = -1;
+
+	if (n < 2)
+		return ds_errf(err, "reference: the MTP module needs 2 tokens or more");
+	if (ref_main(&r, &s, m, tok, n, err) ||
+	    bind_mtp(m, &L, &eh, &embd, &head, nrm, err))
+		goto out;
+	cat = ds_calloc(T, 2 * H * sizeof *cat, err);
+	e = ds_calloc(H, sizeof *e, err);
+	if (cat == NULL || e == NULL || state_init(&u, &m->hp, T))
+		goto out;
+	for (t = 0; t < T; t++) {
+		/* h_t through the main model's output norm, then hnorm */
+		rmsnorm(s.xb + t * H, s.x + t * H, r.out_norm, H, m->hp.norm_eps);
+		r.scalar->dequant_row(&embd, (uint64_t)tok[t + 1], e);
+		rmsnorm(cat + t * 2 * H, e, nrm[0], H, m->hp.norm_eps);
+		rmsnorm(cat + t * 2 * H + H, s.xb + t * H, nrm[1], H, m->hp.norm_eps);
+	}
+	matmul(&r, u.x, cat, &eh, T);
+	layer(&r, &L, &u);
+	for (t = 0; t < T; t++)
+		rmsnorm(u.xb + t * H, u.x + t * H, nrm[2], H, m->hp.norm_eps);
+	matmul(&r, logits, u.xb, &head, T);
+	rc = 0;
+out:
+	free(cat);
+	free(e);
+	free(u.mem);
+	free(u.ids);
+	free(s.mem);
+	free(s.ids);
+	free(r.row);
+	free(r.layers);
+	return rc;
+}
+
+int ds_ref_forward(const ds_model *m, const int32_t *tok, size_t n, float *logits,
+		   ds_err *err)
+{
+	ref_model r = { .hp = &m->hp, .scalar = ds_kernels_isa(DS_ISA_SCALAR) };
+	ref_state s = { 0 };
+	size_t H = m->hp.n_embd, t;
+	int rc = -1;
+
+	if (ref_main(&r, &s, m, tok, n, err))
+		goto out;
 	for (t = 0; t < n; t++)                     /* logits = RMSNorm(x) W_out^T */
 		rmsnorm(s.xb + t * H, s.x + t * H, r.out_norm, H, m->hp.norm_eps);
 	matmul(&r, logits, s.xb, &r.output, n);

@@ -24,4 +24,14 @@
 int ds_ref_forward(const ds_model *m, const int32_t *tokens, size_t n,
 		   float *logits, ds_err *err);
 
+/* The multi-token-prediction module's logits (docs/deepseek.md section
+ * 10; m loaded with DS_LOAD_MTP): row p, for p = 0 .. n - 2, is what it
+ * predicts for tokens[p + 2] from the main model's hidden state at p
+ * (through the output norm) and the embedding of tokens[p + 1]:
+ *	x = eh_proj [RMSNorm(embd(tokens[p+1]); enorm) ; RMSNorm(h_p; hnorm)]
+ * through its decoder layer over positions 0 .. n - 2, then
+ * RMSNorm(x; head_norm) through its head.  logits [n - 1][n_vocab]. */
+int ds_ref_mtp(const ds_model *m, const int32_t *tokens, size_t n,
+	       float *logits, ds_err *err);
+
 #endif

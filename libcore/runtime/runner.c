@@ -184,6 +184,9 @@ static void account(ds_runner *r, const ds_req_stats *st)
 {
 	r->tot_prompt += st->prompt_tokens;
 	r->tot_gen += st->completion_tokens;
+	r->spec_drafted += st->spec_drafted;
+	r->spec_accepted += st->spec_accepted;
+	r->spec_steps += st->spec_steps;
 	if (st->prompt_tokens) {
 		r->t_pre += st->t_prompt - st->t_start;
 		r->t_dec += st->t_end - st->t_prompt;

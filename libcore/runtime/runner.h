@@ -52,6 +52,8 @@ typedef struct ds_runner {
 	 * after the first and the time after it (summed over requests) */
 	size_t tot_prompt, tot_gen, n_dec;
 	double t_pre, t_dec, t_first, t_last;
+	/* speculative decoding: drafts made and kept, verification steps */
+	size_t spec_drafted, spec_accepted, spec_steps;
 } ds_runner;
 
 void ds_runner_init(ds_runner *r, ds_session *s, const ds_runner_opts *o);

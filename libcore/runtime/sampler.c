@@ -68,7 +68,8 @@ int ds_sampler_init(ds_sampler *s, const ds_sampler_params *p, int n_vocab,
 	s->recent = ds_calloc((size_t)s->p.repeat_last_n + 1, sizeof *s->recent, err);
 	s->cand = ds_calloc((size_t)n_vocab, sizeof *s->cand, err);
 	s->prob = ds_calloc((size_t)n_vocab, sizeof *s->prob, err);
-	if (s->recent == NULL || s->cand == NULL || s->prob == NULL) {
+	s->qd = ds_calloc((size_t)n_vocab, sizeof *s->qd, err);
+	if (s->recent == NULL || s->cand == NULL || s->prob == NULL || s->qd == NULL) {
 		ds_sampler_free(s);
 		return -1;
 	}
@@ -80,9 +81,11 @@ void ds_sampler_free(ds_sampler *s)
 	free(s->recent);
 	free(s->cand);
 	free(s->prob);
+	free(s->qd);
 	s->recent = NULL;
 	s->cand = NULL;
 	s->prob = NULL;
+	s->qd = NULL;
 }
 
 void ds_sampler_accept(ds_sampler *s, int32_t token)
@@ -223,26 +226,130 @@ static int cut(ds_sampler *s, int n, float *prob)
 	return keep;
 }
 
-int32_t ds_sampler_sample(ds_sampler *s, float *logits)
+/* The sampling chain up to the draw: the surviving candidates in
+ * s->cand[0..n) best first, each .logit replaced by its weight
+ * exp((l - l_max) / temp), *sum their sum.  temp > 0. */
+static int weights(ds_sampler *s, const float *logits, double *sum)
 {
 	struct ds_cand *c = s->cand;
-	double sum = 0, u, acc = 0;
+	float top;
 	int n, i;
+
+	n = select_top(s, logits, s->p.top_k);
+	n = cut(s, n, s->prob);
+	/* relative to the best logit, read before the loop rewrites it */
+	top = c[0].logit;
+	*sum = 0;
+	for (i = 0; i < n; i++) {
+		c[i].logit = expf((c[i].logit - top) / s->p.temp);
+		*sum += c[i].logit;
+	}
+	return n;
+}
+
+/* The candidate that u (in [0, sum)) falls on, skipping id `skip`. */
+static int32_t draw(const ds_sampler *s, int n, double u, int32_t skip)
+{
+	const struct ds_cand *c = s->cand;
+	double acc = 0;
+	int i, last = -1;
+
+	for (i = 0; i < n; i++) {
+		if (c[i].id == skip)
+			continue;
+		acc += c[i].logit;
+		last = i;
+		if (u < acc)
+			return c[i].id;
+	}
+	return last >= 0 ? c[last].id : c[0].id;
+}
+
+int32_t ds_sampler_sample(ds_sampler *s, float *logits)
+{
+	double sum;
+	int n;
 
 	penalize(s, logits);
 	if (s->p.temp <= 0.0f)
 		return ds_argmax(logits, s->n_vocab);
-	n = select_top(s, logits, s->p.top_k);
-	n = cut(s, n, s->prob);
-	for (i = 0; i < n; i++) {
-		c[i].logit = expf((c[i].logit - c[0].logit) / s->p.temp);
-		sum += c[i].logit;
+	n = weights(s, logits, &sum);
+	return draw(s, n, ds_sampler_uniform(s) * sum, -1);
+}
+
+int ds_sampler_dist(ds_sampler *s, float *logits, ds_tokprob *out)
+{
+	double sum;
+	int n, i;
+
+	penalize(s, logits);
+	if (s->p.temp <= 0.0f) {
+		out[0] = (ds_tokprob){ .id = ds_argmax(logits, s->n_vocab), .p = 1 };
+		return 1;
 	}
-	u = ds_sampler_uniform(s) * sum;
+	n = weights(s, logits, &sum);
+	for (i = 0; i < n; i++)
+		out[i] = (ds_tokprob){ .id = s->cand[i].id,
+				       .p = (float)(s->cand[i].logit / sum) };
+	return n;
+}
+
+/* The rejection's draw from max(0, p - q) (weights w = p * sum), q given
+ * by id in s->qd; from p itself if nothing is left (rounding). */
+static int32_t residual(ds_sampler *s, int n, double sum)
+{
+	struct ds_cand *c = s->cand;
+	double r = 0, u;
+	int i;
+
 	for (i = 0; i < n; i++) {
-		acc += c[i].logit;
-		if (u < acc)
-			return c[i].id;
+		double w = c[i].logit - s->qd[c[i].id] * sum;
+
+		c[i].logit = w > 0 ? (float)w : 0;
+		r += c[i].logit;
 	}
-	return c[n - 1].id;
+	u = ds_sampler_uniform(s);
+	if (r <= 0)
+		return c[0].id;
+	return draw(s, n, u * r, -1);
+}
+
+int32_t ds_sampler_verify(ds_sampler *s, float *logits, int32_t d,
+			  const ds_tokprob *q, int n_q, int *accepted)
+{
+	double sum, pd = 0, qd = 1, u;
+	int32_t t;
+	int n, i;
+
+	penalize(s, logits);
+	if (s->p.temp <= 0.0f) {
+		t = ds_argmax(logits, s->n_vocab);
+		*accepted = t == d;
+		return t;
+	}
+	n = weights(s, logits, &sum);
+	for (i = 0; i < n; i++)
+		if (s->cand[i].id == d)
+			pd = s->cand[i].logit / sum;
+	for (i = 0; q != NULL && i < n_q; i++)
+		if (q[i].id == d)
+			qd = q[i].p;
+	u = ds_sampler_uniform(s);
+	/* accept with probability min(1, p(d) / q(d)) */
+	if (pd > 0 && u * qd < pd) {
+		*accepted = 1;
+		return d;
+	}
+	*accepted = 0;
+	if (q == NULL) {
+		/* p without d, renormalized: the residual of a point mass */
+		u = ds_sampler_uniform(s);
+		return draw(s, n, u * (sum - pd * sum), d);
+	}
+	for (i = 0; i < n_q; i++)
+		s->qd[q[i].id] = q[i].p;
+	t = residual(s, n, sum);
+	for (i = 0; i < n_q; i++)
+		s->qd[q[i].id] = 0;
+	return t;
 }

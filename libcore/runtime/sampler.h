@@ -39,6 +39,8 @@ typedef struct ds_sampler {
 		int32_t id;
 	} *cand;              /* scratch: n_vocab candidates */
 	float *prob;          /* scratch: n_vocab probabilities */
+	float *qd;            /* scratch: a drafter's distribution by id,
+				 zero between calls (ds_sampler_verify) */
 } ds_sampler;
 
 int ds_sampler_init(ds_sampler *s, const ds_sampler_params *p, int n_vocab,
@@ -54,5 +56,32 @@ int32_t ds_argmax(const float *x, int n);
 
 /* A uniform double in [0, 1) from the sampler's generator. */
 double ds_sampler_uniform(ds_sampler *s);
+
+/* ---- speculative decoding ---------------------------------------------------------
+ * A token and its probability under a distribution. */
+typedef struct ds_tokprob {
+	int32_t id;
+	float p;
+} ds_tokprob;
+
+/* The chain's final distribution p over logits[n_vocab] (penalties applied
+ * in place, as ds_sampler_sample does), into out[0..n) best first with
+ * probabilities summing to 1; out has room for n_vocab.  Greedy: the
+ * argmax alone, probability 1.  Draws nothing.  Returns n >= 1. */
+int ds_sampler_dist(ds_sampler *s, float *logits, ds_tokprob *out);
+
+/* Verify a drafted token d against the target's logits (modified as by
+ * ds_sampler_sample) by the speculative-sampling rule (Leviathan et al.
+ * 2023, Chen et al. 2023): d is accepted with probability
+ * min(1, p(d) / q(d)); otherwise the token is drawn from the residual
+ * max(0, p - q), normalized, so that the token returned has distribution
+ * p whatever q is.  q: the drafter's distribution as n_q tokens (ids
+ * below n_vocab, no id twice); NULL for a drafter that proposes d for
+ * certain (greedy, n-gram), where the residual is p without d.  Greedy
+ * (temp 0): the argmax, accepted when it is d, nothing drawn.  Draws come
+ * from the sampler's generator: one uniform to test, one more on a
+ * rejection.  *accepted: 1 if the token returned is d's acceptance. */
+int32_t ds_sampler_verify(ds_sampler *s, float *logits, int32_t d,
+			  const ds_tokprob *q, int n_q, int *accepted);
 
 #endif

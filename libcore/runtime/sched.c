@@ -12,6 +12,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "spec/drafter.h"
+
+/* Verifying a draft: an entry more in a batch that streams the weights
+ * once, relative to a plain step (the adaptive K's prior; drafters that
+ * run a model add that model's share, ds_drafter.active_bytes) */
+#define SPEC_COST 0.15
+
 typedef struct sreq {
 	uint64_t id;
 	int32_t *prompt;
@@ -32,6 +39,19 @@ typedef struct sreq {
 	int has_next;
 	int done;                  /* ended in this step */
 	struct sreq *link;         /* queue */
+	/* the sequence: the prompt, then every token sampled (next last) */
+	int32_t *hist;
+	size_t n_hist, cap_hist;
+	/* speculative decoding */
+	int spec;                  /* drafts wanted for this request */
+	double sp_acc, sp_rej;     /* decayed counts of drafts kept and
+				      rejected: the acceptance rate */
+	uint32_t sp_idle;          /* steps at K 0 since the last try */
+	uint64_t sp_rng;           /* the drafter's generator */
+	ds_spec_seq sq;            /* the drafts for the next step */
+	int fed;                   /* entries in this step: */
+	size_t fed0;               /* the first's position */
+	uint32_t row0;             /* and batch row */
 } sreq;
 
 /* One entry of the batch that asked for logits. */
@@ -39,6 +59,8 @@ typedef struct bout {
 	sreq *r;
 	size_t pos;
 	int sample;                /* a token is sampled from it */
+	uint32_t n_ver;            /* this entry and its drafts' (verified
+				      together): 1 + the drafts */
 } bout;
 
 struct ds_sched {
@@ -58,6 +80,11 @@ struct ds_sched {
 	bout *bo;
 	size_t n_bo;
 	uint8_t *taken;            /* [n_slot] had a prompt chunk this step */
+	/* speculative decoding */
+	ds_drafter *drafter;
+	uint32_t spec_k;           /* fixed K, or 0: adaptive */
+	double draft_cost;         /* a draft's cost relative to a step */
+	ds_spec_seq **sqs;         /* [n_slot] the drafter's call */
 };
 
 const char *ds_finish_name(enum ds_finish f)
@@ -78,6 +105,7 @@ int ds_sched_init(ds_sched **out, ds_fwd *f, ds_kvcache *kv,
 {
 	ds_sched *s = ds_calloc(1, sizeof *s, err);
 	ds_fwd_info fi;
+	uint32_t need;
 
 	*out = NULL;
 	if (s == NULL)
@@ -91,12 +119,22 @@ int ds_sched_init(ds_sched **out, ds_fwd *f, ds_kvcache *kv,
 		s->n_batch = fi.max_batch;
 	if (s->n_batch < kv->n_slot + 1 && fi.max_batch >= kv->n_slot + 1)
 		s->n_batch = kv->n_slot + 1;
-	if (s->n_batch < kv->n_slot) {
+	need = ds_sched_batch_need(kv->n_slot, opts && opts->drafter,
+				   opts ? opts->spec_k : 0);
+	if (s->n_batch < need && fi.max_batch >= need)
+		s->n_batch = need;
+	if (s->n_batch < need || (opts && opts->spec_k > DS_SPEC_MAX_K)) {
 		ds_errf(err, "scheduler: batches of %u cannot hold a decode step "
-			"of %u slots", s->n_batch, kv->n_slot);
+			"of %u slots (%u entries)", s->n_batch, kv->n_slot, need);
 		free(s);
 		return -1;
 	}
+	s->drafter = opts ? opts->drafter : NULL;
+	s->spec_k = opts ? opts->spec_k : 0;
+	/* verifying a draft, plus making it: its pass's weight bytes over
+	 * the target's (decode streams weights: bytes are its time) */
+	s->draft_cost = SPEC_COST + (s->drafter && fi.active_bytes ?
+		(double)s->drafter->active_bytes / (double)fi.active_bytes : 0);
 	s->next_id = 1;
 	s->slots = ds_calloc(kv->n_slot, sizeof *s->slots, err);
 	s->btok = ds_calloc(s->n_batch, sizeof *s->btok, err);
@@ -105,8 +143,10 @@ int ds_sched_init(ds_sched **out, ds_fwd *f, ds_kvcache *kv,
 	s->bwant = ds_calloc(s->n_batch, 1, err);
 	s->bo = ds_calloc(s->n_batch, sizeof *s->bo, err);
 	s->taken = ds_calloc(kv->n_slot, 1, err);
+	s->sqs = ds_calloc(kv->n_slot, sizeof *s->sqs, err);
 	if (!s->slots || !s->btok || !s->bpos || !s->bseq || !s->bwant || !s->bo ||
-	    !s->taken) {
+	    !s->taken || !s->sqs) {
+		free(s->sqs);
 		free(s->taken);
 		free(s->slots);
 		free(s->btok);
@@ -123,9 +163,15 @@ int ds_sched_init(ds_sched **out, ds_fwd *f, ds_kvcache *kv,
 	return 0;
 }
 
+uint32_t ds_sched_batch_need(uint32_t n_slot, int spec, uint32_t spec_k)
+{
+	return spec ? n_slot * (1 + (spec_k ? spec_k : DS_SPEC_K_AUTO)) : n_slot;
+}
+
 static void req_free(sreq *r)
 {
 	ds_sampler_free(&r->smp);
+	free(r->hist);
 	free(r->prompt);
 	free(r->stop_ids);
 	free(r);
@@ -138,6 +184,8 @@ static void finish(ds_sched *s, sreq *r, enum ds_finish why)
 	r->st.completion_tokens = (size_t)r->n_gen;
 	r->st.prompt_tokens = r->n_fed;
 	if (r->slot >= 0) {
+		if (s->drafter)
+			s->drafter->release(s->drafter, (uint32_t)r->slot);
 		ds_kvcache_seq_keep(s->kv, (uint32_t)r->slot, 0);
 		pthread_mutex_lock(&s->mu);
 		s->slots[r->slot] = NULL;
@@ -172,6 +220,7 @@ void ds_sched_free(ds_sched *s)
 	free(s->bwant);
 	free(s->bo);
 	free(s->taken);
+	free(s->sqs);
 	free(s);
 }
 
@@ -197,12 +246,24 @@ static sreq *req_make(ds_sched *s, const ds_req *q, ds_err *err)
 		return NULL;
 	r->prompt = ds_calloc(q->n_prompt, sizeof *r->prompt, err);
 	r->stop_ids = ds_calloc(q->n_stop_ids + 1, sizeof *r->stop_ids, err);
-	if (r->prompt == NULL || r->stop_ids == NULL ||
+	r->cap_hist = q->n_prompt + 64;
+	r->hist = ds_calloc(r->cap_hist, sizeof *r->hist, err);
+	if (r->prompt == NULL || r->stop_ids == NULL || r->hist == NULL ||
 	    ds_sampler_init(&r->smp, &q->sp, (int)s->n_vocab, err)) {
 		req_free(r);
 		return NULL;
 	}
 	memcpy(r->prompt, q->prompt, q->n_prompt * sizeof *r->prompt);
+	memcpy(r->hist, q->prompt, q->n_prompt * sizeof *r->hist);
+	r->n_hist = q->n_prompt;
+	r->spec = s->drafter != NULL && !q->no_spec;
+	/* a prior of 0.6, worth two drafts; the drafter's generator apart
+	 * from the verification's, both from the seed */
+	r->sp_acc = 1.2;
+	r->sp_rej = 0.8;
+	r->sp_rng = q->sp.seed ^ 0x5d7a1f3c9e2b4a68ull;
+	if (r->sp_rng == 0)
+		r->sp_rng = 1;
 	if (q->n_stop_ids)
 		memcpy(r->stop_ids, q->stop_ids, q->n_stop_ids * sizeof *r->stop_ids);
 	r->n_prompt = q->n_prompt;
@@ -374,8 +435,24 @@ static void add_entry(ds_sched *s, size_t *n, sreq *r, int32_t tok,
 	s->bseq[*n] = r->slot;
 	s->bwant[*n] = (uint8_t)want;
 	if (want)
-		s->bo[s->n_bo++] = (bout){ r, pos, sample };
+		s->bo[s->n_bo++] = (bout){ r, pos, sample, 1 };
 	(*n)++;
+}
+
+/* A decoding sequence's entries: its token, then its drafts at the
+ * positions after it, all with logits, verified as one group. */
+static void add_decode(ds_sched *s, size_t *n, sreq *r)
+{
+	uint32_t d;
+
+	r->fed = 1;
+	r->fed0 = r->n_past;
+	r->row0 = (uint32_t)*n;
+	add_entry(s, n, r, r->next, r->n_past, 1, 1);
+	s->bo[s->n_bo - 1].n_ver = 1 + r->sq.n_draft;
+	for (d = 0; d < r->sq.n_draft; d++)
+		add_entry(s, n, r, r->sq.draft[d], r->n_past + 1 + d, 1, 0);
+	r->has_next = 0;
 }
 
 /* The prefilling request admitted first that has not had a chunk yet. */
@@ -404,15 +481,16 @@ static size_t build(ds_sched *s, uint8_t *taken)
 	s->n_bo = 0;
 	for (i = 0; i < s->kv->n_slot; i++) {
 		r = s->slots[i];
-		if (r && r->has_next) {
-			add_entry(s, &n, r, r->next, r->n_past, 1, 1);
-			r->has_next = 0;
-		}
+		if (r && r->has_next)
+			add_decode(s, &n, r);
 	}
 	while (n < s->n_batch && (r = next_prefill(s, taken)) != NULL) {
 		size_t m = r->n_prompt - r->n_fed;
 
 		taken[r->slot] = 1;
+		r->fed = 1;
+		r->fed0 = r->n_fed;
+		r->row0 = (uint32_t)n;
 		if (m > s->n_batch - n)
 			m = s->n_batch - n;
 		for (p = r->n_fed; p < r->n_fed + m; p++) {
@@ -437,21 +515,24 @@ static int is_stop(const sreq *r, int32_t t)
 	return 0;
 }
 
-/* A token from the logits of position pos; the request's next state. */
-static void sample(ds_sched *s, sreq *r, size_t pos, float *logits)
+/* t joins the sequence (the history the drafters read). */
+static int hist_push(sreq *r, int32_t t)
 {
-	int32_t t;
+	if (ds_grow((void **)&r->hist, &r->cap_hist, r->n_hist + 1, sizeof *r->hist))
+		return -1;
+	r->hist[r->n_hist++] = t;
+	return 0;
+}
 
-	if (pos + 1 == r->n_prompt)
-		r->st.t_prompt = ds_now_s();
-	if (r->n_predict == 0) {
-		r->done = 1 + DS_FINISH_LENGTH;
-		return;
-	}
-	t = ds_sampler_sample(&r->smp, logits);
+/* Token t, chosen from the logits of position pos: the request's next
+ * state. */
+static void take(ds_sched *s, sreq *r, size_t pos, int32_t t)
+{
 	ds_sampler_accept(&r->smp, t);
 	r->n_gen++;
-	if (is_stop(r, t)) {
+	if (hist_push(r, t)) {
+		r->done = 1 + DS_FINISH_ERROR;
+	} else if (is_stop(r, t)) {
 		r->done = 1 + DS_FINISH_STOP;
 	} else if (r->cb.on_token && r->cb.on_token(r->cb.user, t)) {
 		r->done = 1 + DS_FINISH_STOP;
@@ -463,6 +544,139 @@ static void sample(ds_sched *s, sreq *r, size_t pos, float *logits)
 		r->has_next = 1;
 		r->n_past = pos + 1;
 	}
+}
+
+/* A token from the logits of position pos. */
+static void sample(ds_sched *s, sreq *r, size_t pos, float *logits)
+{
+	if (pos + 1 == r->n_prompt)
+		r->st.t_prompt = ds_now_s();
+	if (r->n_predict == 0) {
+		r->done = 1 + DS_FINISH_LENGTH;
+		return;
+	}
+	take(s, r, pos, ds_sampler_sample(&r->smp, logits));
+}
+
+/* ---- speculative decoding ----------------------------------------------------------- */
+
+#define SPEC_DECAY 0.8     /* weight of the past in the acceptance rate */
+#define SPEC_RETRY 16      /* steps at K 0 before a draft is tried */
+
+/* The verification of a group: row i's logits (position P + i) test
+ * draft i; each kept draft is the sequence's next token, and the first
+ * rejection's replacement, or past the last draft the last row's own
+ * token, ends it.  The cache is then cut after the last position kept. */
+static void verify(ds_sched *s, sreq *r, size_t j0)
+{
+	size_t P = s->bo[j0].pos, n = r->sq.n_draft, i, kept = 0;
+	int acc = 1;
+
+	for (i = 0; i <= n && acc && !r->done; i++) {
+		float *l = ds_fwd_logits_mut(s->f, j0 + i);
+		int32_t t;
+
+		if (r->cb.on_logits)
+			r->cb.on_logits(r->cb.user, P + i, l, s->n_vocab);
+		if (i < n)
+			t = ds_sampler_verify(&r->smp, l, r->sq.draft[i], r->sq.q[i],
+					      r->sq.n_q[i], &acc);
+		else
+			t = ds_sampler_sample(&r->smp, l);
+		kept += i < n && acc;
+		take(s, r, P + i, t);
+	}
+	r->st.spec_drafted += n;
+	r->st.spec_accepted += kept;
+	r->st.spec_steps++;
+	r->sp_acc = SPEC_DECAY * r->sp_acc + (double)kept;
+	r->sp_rej = SPEC_DECAY * r->sp_rej + (kept < n);
+	r->sq.n_draft = 0;
+	if (!r->done)
+		ds_kvcache_seq_keep(s->kv, (uint32_t)r->slot, (uint32_t)r->n_past);
+}
+
+/* The K that makes the most of a step at acceptance rate a: tokens per
+ * step (1 - a^(K+1)) / (1 - a) over a step's cost 1 + c K, c a draft's. */
+static uint32_t best_k(double a, double c, uint32_t kmax)
+{
+	double best = 1, pw = a, e = 1;
+	uint32_t k, kb = 0;
+
+	for (k = 1; k <= kmax; k++) {
+		e += pw;
+		pw *= a;
+		if (e / (1 + c * k) > best) {
+			best = e / (1 + c * k);
+			kb = k;
+		}
+	}
+	return kb;
+}
+
+/* Drafts to ask for: the options' K or the adaptive one, within what the
+ * request may still generate and the context still holds. */
+static uint32_t want_k(const ds_sched *s, sreq *r)
+{
+	uint64_t left = r->n_predict > 0 ? (uint64_t)(r->n_predict - r->n_gen) : UINT64_MAX;
+	uint64_t room = s->kv->n_ctx - 1 - r->n_past;
+	uint32_t k = s->spec_k;
+
+	if (k == 0) {
+		k = best_k(r->sp_acc / (r->sp_acc + r->sp_rej), s->draft_cost,
+			   DS_SPEC_K_AUTO);
+		/* at K 0 the rate would never move again: a draft now and then */
+		if (k > 0 || ++r->sp_idle >= SPEC_RETRY) {
+			r->sp_idle = 0;
+			k = k ? k : 1;
+		}
+	}
+	if (k + 1 > left)
+		k = left ? (uint32_t)(left - 1) : 0;
+	return k < room ? k : (uint32_t)room;
+}
+
+/* Every sequence that moved in this step to the drafter: what is final,
+ * which rows fed it, and the drafts wanted for the next step. */
+static int spec_propose(ds_sched *s, ds_err *err)
+{
+	size_t n = 0, i;
+	uint32_t j;
+
+	for (i = 0; i < s->kv->n_slot; i++) {
+		sreq *r = s->slots[i];
+		ds_spec_seq *q;
+
+		if (r == NULL || !r->fed || r->done || !r->spec)
+			continue;
+		r->fed = 0;
+		q = &r->sq;
+		q->slot = (uint32_t)i;
+		q->tok = r->hist;
+		q->n_tok = r->n_hist;
+		q->n_final = r->n_past;
+		q->fed0 = r->fed0 < r->n_past ? r->fed0 : r->n_past;
+		q->row0 = r->row0;
+		q->k = r->spec && r->has_next ? want_k(s, r) : 0;
+		q->sp = &r->smp.p;
+		q->rng = &r->sp_rng;
+		q->n_draft = 0;
+		memset(q->q, 0, sizeof q->q);
+		s->sqs[n++] = q;
+	}
+	if (n == 0 || s->drafter->propose(s->drafter, s->f, s->sqs, n, err))
+		return n ? -1 : 0;
+	for (i = 0; i < n; i++) {
+		ds_spec_seq *q = s->sqs[i];
+
+		if (q->n_draft > q->k)
+			q->n_draft = q->k;
+		/* a draft the target's vocabulary lacks ends the drafts */
+		for (j = 0; j < q->n_draft; j++)
+			if (q->draft[j] < 0 || (uint32_t)q->draft[j] >= s->n_vocab)
+				q->n_draft = j;
+	}
+	return 0;
 }
 
 int ds_sched_step(ds_sched *s, ds_err *err)
@@ -487,16 +701,26 @@ int ds_sched_step(ds_sched *s, ds_err *err)
 				finish(s, s->slots[i], DS_FINISH_ERROR);
 		return -1;
 	}
-	for (j = 0; j < s->n_bo; j++) {
+	for (j = 0; j < s->n_bo; j += s->bo[j].n_ver) {
 		const bout *o = &s->bo[j];
 		float *l = ds_fwd_logits_mut(s->f, j);
 
 		if (o->r->done)
 			continue;
+		if (o->n_ver > 1) {
+			verify(s, o->r, j);
+			continue;
+		}
 		if (o->r->cb.on_logits)
 			o->r->cb.on_logits(o->r->cb.user, o->pos, l, s->n_vocab);
 		if (o->sample)
 			sample(s, o->r, o->pos, l);
+	}
+	if (s->drafter && spec_propose(s, err)) {
+		for (i = 0; i < s->kv->n_slot; i++)
+			if (s->slots[i] != NULL)
+				finish(s, s->slots[i], DS_FINISH_ERROR);
+		return -1;
 	}
 	for (i = 0; i < s->kv->n_slot; i++) {
 		sreq *r = s->slots[i];

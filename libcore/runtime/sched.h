@@ -18,6 +18,23 @@
  *      positions that asked, a token sampled where a prompt ended or a
  *      decode entry was, on_token, and the stop checks.
  *
+ * Speculative decoding (a drafter in the options, spec/drafter.h).  After
+ * each step the drafter proposes up to K tokens for every decoding
+ * sequence; in the next step such a sequence contributes its token plus
+ * its drafts as K + 1 entries of the batch (every weight still read once
+ * per batch).  Verification walks the entries' logits in order: each
+ * draft is kept while the target agrees (greedy: it is the argmax; sampled:
+ * the speculative-sampling rule, ds_sampler_verify, so the tokens follow
+ * the target's distribution), the first disagreement is replaced by the
+ * target's own token, and when every draft is kept the last entry gives
+ * one more.  The slot's cache is then cut after the last kept position.
+ * Greedy output is the same as without a drafter, token for token (the
+ * kernels compute a row the same way in any batch); sampled output has
+ * the same distribution, and with a seed is reproducible, but is not the
+ * same sequence of tokens.  K is the options' spec_k, or with spec_k 0
+ * adapts per request to its acceptance rate (at most DS_SPEC_K_AUTO):
+ * a request's tokens never depend on what else runs beside it.
+ *
  *	ds_sched *s;
  *	ds_sched_init(&s, fwd, &kv, NULL, &err);
  *	ds_req r = { .prompt = ids, .n_prompt = n, .n_predict = 128,
@@ -78,6 +95,9 @@ typedef struct ds_req_stats {
 	double t_start;             /* took a slot */
 	double t_prompt;            /* the prompt's last logits were out */
 	double t_end;
+	/* speculative decoding: tokens drafted and accepted, verification
+	 * steps (steps that carried drafts) */
+	size_t spec_drafted, spec_accepted, spec_steps;
 } ds_req_stats;
 
 typedef struct ds_req_cb {
@@ -103,13 +123,27 @@ typedef struct ds_req {
 	const int32_t *stop_ids;    /* end tokens (EOS, EOT), copied */
 	size_t n_stop_ids;
 	int all_logits;             /* on_logits for every prompt position */
+	int no_spec;                /* no drafts for this request */
 	ds_req_cb cb;
 } ds_req;
+
+struct ds_drafter;
+
+#define DS_SPEC_K_AUTO 8        /* the adaptive K's ceiling */
 
 typedef struct ds_sched_opts {
 	uint32_t n_batch;           /* most entries per step; 0: the
 				       forward's max_batch */
+	struct ds_drafter *drafter; /* speculative decoding (not owned;
+				       freed after the scheduler), or NULL */
+	uint32_t spec_k;            /* drafts per step and sequence, <=
+				       DS_SPEC_MAX_K; 0: adaptive */
 } ds_sched_opts;
+
+/* The batch a scheduler needs: n_slot sequences of 1 + K entries each
+ * with speculative decoding (spec nonzero), 1 without (so that no draft is ever cut for room, which would
+ * make a request's tokens depend on its neighbours). */
+uint32_t ds_sched_batch_need(uint32_t n_slot, int spec, uint32_t spec_k);
 
 int ds_sched_init(ds_sched **s, ds_fwd *f, ds_kvcache *kv,
 		  const ds_sched_opts *opts, ds_err *err);

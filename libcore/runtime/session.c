@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "session.h"
+#include "spec/drafter.h"
 
 /* ---- opening ------------------------------------------------------------------------ */
 
@@ -99,24 +100,81 @@ static int chat_and_stops(ds_session *s, const ds_session_opts *o, ds_err *err)
 static int load_model(ds_session *s, const ds_session_opts *o, ds_err *err)
 {
 	double t0 = ds_now_s();
+	ds_load_opts lo = o->load;
 	int rc;
 
-	rc = ds_model_open(&s->m, s->pool, o->dir, &o->load, &s->pl, s->warn,
+	/* the MTP module's tensors only when it drafts */
+	lo.mtp = o->spec == DS_SPEC_MTP;
+	rc = ds_model_open(&s->m, s->pool, o->dir, &lo, &s->pl, s->warn,
 			   sizeof s->warn, err);
 	s->have_model = 1;      /* freeable whatever the outcome */
 	s->t_load = ds_now_s() - t0;
 	return rc;
 }
 
+static const char *const spec_names[] = { "none", "ngram", "draft", "mtp" };
+
+int ds_spec_parse(const char *str, enum ds_spec_kind *k, ds_err *err)
+{
+	int i;
+
+	for (i = 1; i < 4; i++)
+		if (strcmp(str, spec_names[i]) == 0) {
+			*k = (enum ds_spec_kind)i;
+			return 0;
+		}
+	return ds_errf(err, "not a drafter (mtp, ngram or draft)");
+}
+
+const char *ds_spec_name(enum ds_spec_kind k)
+{
+	return (unsigned)k < 4 ? spec_names[k] : "?";
+}
+
+/* The drafter the options name (the forward and the cache are open). */
+static int open_drafter(ds_session *s, const ds_session_opts *o, ds_err *err)
+{
+	ds_draft_opts d = {
+		.dir = o->draft_dir, .pool = s->pool, .load = o->load,
+		.n_slot = s->kv.n_slot, .n_ctx = s->n_ctx, .kv_type = o->kv_type,
+		.target_vocab = s->n_vocab, .target_tok = s->tok, .target_dir = o->dir,
+	};
+
+	switch (o->spec) {
+	case DS_SPEC_NONE: return 0;
+	case DS_SPEC_NGRAM: return ds_ngram_open(&s->drafter, err);
+	case DS_SPEC_DRAFT:
+		if (o->draft_dir == NULL)
+			return ds_errf(err, "speculative decoding with a draft model "
+				       "needs the draft model's directory");
+		return ds_draft_open(&s->drafter, &d, err);
+	case DS_SPEC_MTP: {
+		ds_fwd_info fi;
+		ds_mtp_opts mo = { .m = &s->m, .pool = s->pool, .n_slot = s->kv.n_slot,
+				   .n_ctx = s->n_ctx, .kv_type = o->kv_type };
+
+		ds_fwd_get_info(s->fwd, &fi);
+		mo.max_batch = fi.max_batch;
+		return ds_mtp_open(&s->drafter, &mo, err);
+	}
+	}
+	return 0;
+}
+
 int ds_session_open(ds_session *s, const ds_session_opts *o, ds_err *err)
 {
 	ds_pool_opts po = { .threads = o->threads, .cpus = o->cpus };
 	uint32_t slots = o->slots ? o->slots : 1, train;
+	ds_sched_opts sco = { .spec_k = o->spec_k };
 	ds_fwd_opts fo = { .max_batch = slots + 1 > 256 ? slots + 1 : 256,
 			   .ep = o->ep };
 
 	memset(s, 0, sizeof *s);
 	s->turn_end = -1;
+	/* the MTP module's pass is not split over the job's ranks */
+	if (o->ep != NULL && o->spec == DS_SPEC_MTP)
+		return ds_errf(err, "--spec mtp does not run over MPI ranks: use "
+			       "--spec ngram or --spec draft");
 	if (ds_pool_init(&s->pool, &po, err) || load_model(s, o, err) ||
 	    load_tokenizer(s, o, err))
 		return -1;
@@ -124,17 +182,25 @@ int ds_session_open(ds_session *s, const ds_session_opts *o, ds_err *err)
 	train = s->m.hp.n_ctx_train;
 	s->n_ctx = o->ctx_size ? o->ctx_size
 		   : train && train < DS_SESSION_CTX ? train : DS_SESSION_CTX;
+	/* room for every slot's token and drafts in one batch */
+	if (ds_sched_batch_need(slots, o->spec != DS_SPEC_NONE, o->spec_k) + 1 > fo.max_batch)
+		fo.max_batch = ds_sched_batch_need(slots, o->spec != DS_SPEC_NONE, o->spec_k) + 1;
 	if (chat_and_stops(s, o, err) ||
 	    ds_fwd_init(&s->fwd, &s->m, s->pool, &fo, err) ||
 	    ds_kvcache_init(&s->kv, &s->m.hp, slots, s->n_ctx, o->kv_type, err))
 		return -1;
 	s->have_kv = 1;
-	return ds_sched_init(&s->sched, s->fwd, &s->kv, NULL, err);
+	if (open_drafter(s, o, err))
+		return -1;
+	sco.drafter = s->drafter;
+	return ds_sched_init(&s->sched, s->fwd, &s->kv, &sco, err);
 }
 
 void ds_session_close(ds_session *s)
 {
 	ds_sched_free(s->sched);
+	if (s->drafter)
+		s->drafter->free(s->drafter);
 	if (s->have_kv)
 		ds_kvcache_free(&s->kv);
 	ds_fwd_free(s->fwd);

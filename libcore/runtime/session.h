@@ -32,6 +32,13 @@
 #include "runtime/sched.h"
 #include "tokenizer/tokenizer.h"
 
+/* The drafter of speculative decoding. */
+enum ds_spec_kind { DS_SPEC_NONE, DS_SPEC_NGRAM, DS_SPEC_DRAFT, DS_SPEC_MTP };
+
+/* "mtp" "ngram" "draft" -> kind (-1 with a message naming them). */
+int ds_spec_parse(const char *s, enum ds_spec_kind *k, ds_err *err);
+const char *ds_spec_name(enum ds_spec_kind k);
+
 /* Whether the session loads DIR/tokenizer.bin. */
 enum ds_sess_tok {
 	DS_SESS_TOK_NEED,        /* load it; its absence is an error */
@@ -54,6 +61,10 @@ typedef struct ds_session_opts {
 	const char *chat_template;/* a template name that overrides the
 				     model's, or NULL */
 	const ds_fwd_ep *ep;      /* expert parallelism (forward.h), or NULL */
+	/* speculative decoding (spec/drafter.h) */
+	enum ds_spec_kind spec;   /* DS_SPEC_NONE: off */
+	uint32_t spec_k;          /* drafts per step, 0: adaptive */
+	const char *draft_dir;    /* DS_SPEC_DRAFT: the draft model */
 } ds_session_opts;
 
 #define DS_SESSION_CTX 4096
@@ -66,6 +77,7 @@ typedef struct ds_session {
 	ds_fwd *fwd;
 	ds_kvcache kv;
 	ds_sched *sched;
+	struct ds_drafter *drafter;  /* speculative decoding, or NULL */
 	ds_tok *tok;              /* NULL when not loaded */
 	uint32_t n_ctx, n_vocab;
 	double t_load;            /* seconds to load and place the weights */
@@ -86,7 +98,8 @@ typedef struct ds_session {
 /* Open everything (a failure frees what was opened: close is still
  * safe).  The pool comes first, then the weights, the tokenizer, the
  * template and stops, the forward pass (batches of up to max(256,
- * slots + 1) entries), the cache and the scheduler. */
+ * slots + 1) entries, or what speculative steps of every slot take), the
+ * cache, the drafter and the scheduler. */
 int ds_session_open(ds_session *s, const ds_session_opts *o, ds_err *err);
 void ds_session_close(ds_session *s);
 

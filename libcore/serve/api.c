@@ -3,7 +3,8 @@
  *
  * The request shapes are OpenAI's (platform.openai.com/docs/api-reference:
  * completions, chat), with llama.cpp server's extensions top_k, min_p,
- * repeat_penalty and ignore_eos.  Unknown fields are ignored, as OpenAI's
+ * repeat_penalty and ignore_eos, and ds's speculative (false: no drafts
+ * for this request).  Unknown fields are ignored, as OpenAI's
  * own clients send fields a server may not know; known fields with a
  * value we cannot honour (n > 1, logprobs, penalties, tools) are refused
  * rather than silently dropped.
@@ -483,7 +484,8 @@ static int parse_fields(json_t *o, ds_api_req *r, const ds_api_limits *lim,
 	if (unsupported(o, e) || get_sampling(o, r, e) || get_max_tokens(o, r, e) ||
 	    get_stops(o, r, e) || get_stream(o, r, e) ||
 	    get_bool(o, "ignore_eos", &r->ignore_eos, e) ||
-	    get_bool(o, "return_tokens", &r->return_tokens, e))
+	    get_bool(o, "return_tokens", &r->return_tokens, e) ||
+	    get_bool(o, "speculative", &r->speculative, e))
 		return -1;
 	if (r->kind == DS_API_CHAT)
 		return get_messages(o, r, e);
@@ -498,6 +500,7 @@ int ds_api_parse(ds_api_req *r, enum ds_api_kind kind, const char *body,
 
 	memset(r, 0, sizeof *r);
 	r->kind = kind;
+	r->speculative = 1;
 	ds_sampler_defaults(&r->sp);
 	if ((o = load_object(body, len, e)) == NULL)
 		return -1;

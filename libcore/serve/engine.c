@@ -68,6 +68,10 @@ int ds_eng_load(ds_eng *e, const ds_srv_opts *o, ds_metrics *mt, ds_err *err)
 		ds_dist_load_opts(o->dist, &so.load);
 		so.ep = ds_dist_ep(o->dist);
 	}
+	if (o->spec && ds_spec_parse(o->spec, &so.spec, err))
+		return ds_err_prefix(err, "--spec %s", o->spec);
+	so.spec_k = o->spec_k;
+	so.draft_dir = o->draft;
 	e->have_s = 1;      /* closable whatever the outcome */
 	if (ds_session_open(&e->s, &so, err))
 		return -1;
@@ -336,6 +340,7 @@ static void make_req(ds_eng *e, const ds_api_req *r, const int32_t *ids,
 	q->sp = r->sp;
 	q->n_predict = r->max_tokens < 0 ? -1 : r->max_tokens < room ? r->max_tokens
 								    : room;
+	q->no_spec = !r->speculative;
 	if (!r->ignore_eos)
 		q->n_stop_ids = ds_session_stops(&e->s, r->kind == DS_API_CHAT, stops);
 	q->stop_ids = stops;

@@ -76,6 +76,8 @@ typedef struct ds_api_req {
 	int stream;
 	int include_usage;          /* stream_options.include_usage */
 	int return_tokens;          /* llama.cpp's: the ids in the answer */
+	int speculative;            /* ds's: false turns the server's
+				       speculative decoding off (default true) */
 } ds_api_req;
 
 /* Parse and check a request body of len bytes (not NUL-terminated).  On
@@ -194,6 +196,10 @@ typedef struct ds_srv_opts {
 	unsigned max_conns;         /* connections open at once, idle ones
 				       included; 0: 2048 (both at most what
 				       RLIMIT_NOFILE leaves) */
+	const char *spec;           /* speculative decoding: "mtp" "ngram"
+				       "draft", or NULL */
+	uint32_t spec_k;            /* drafts per step, 0: adaptive */
+	const char *draft;          /* spec "draft": the draft model */
 	int hugepages;              /* forward.h ds_model_place */
 	const char *numa;           /* "interleave" | "node" | NULL */
 	int verbose;                /* log every request */

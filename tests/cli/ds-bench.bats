@@ -343,3 +343,41 @@ s = sum(m[i] for i in range(0, len(m), 4096)); open(sys.argv[2], "w").close(); t
 	[[ "$stderr" != *"maps in 2 MiB pages"* ]]
 	[[ "$stderr" == *"tg1 1/1"* ]]
 }
+
+@test "ds-bench --verify: a cost row per entry count, 1 first, and the speedup bounds" {
+	run --separate-stderr "$DS_BIN/ds-bench" --synthetic test-deepseek2 --verify 4 -p 8 -r 3 -t 1
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"| 1 | "*" | 1.00 |"* ]]
+	[[ "$output" == *"| 4 | "* ]]
+	[[ "$output" == *"| 0.9 | "*"x | "* ]]
+	run --separate-stderr "$DS_BIN/ds-bench" --synthetic test-deepseek2 --verify 3 -p 8 -r 3 -t 1 -o csv
+	[ "$status" -eq 0 ]
+	[ "$(sed -n 1p <<<"$output")" = "model,threads,ctx,entries,ms,cost" ]
+	[ "$(wc -l <<<"$output")" -eq 4 ]
+	[[ "$(sed -n 2p <<<"$output")" == test-deepseek2,1,8,1,*,1.0000 ]]
+}
+
+@test "ds-bench --spec: plain and speculative in turn, the same tokens, the row's fields" {
+	T=$BATS_TEST_TMPDIR
+	"$DS_BIN/ds-convert" --model-path testdata/demo/awq --output-dir "$T/demo" --quiet
+	run --separate-stderr "$DS_BIN/ds-bench" -m "$T/demo" --spec ngram \
+		--prompt-file testdata/demo/prompt.txt -n 32 -r 2 -t 1 -o csv
+	[ "$status" -eq 0 ]
+	[[ "$(sed -n 1p <<<"$output")" == model,drafter,k,n,reps,threads,plain_ts,spec_ts,speedup,* ]]
+	# greedy without a penalty loops on this model: n-gram drafts are kept
+	row=$(sed -n 2p <<<"$output")
+	[[ "$row" == "$T/demo,ngram,0,32,2,1,"* ]]
+	[[ "$row" == *",1" ]]
+	run --separate-stderr "$DS_BIN/ds-bench" -m "$T/demo" --spec mtp --spec-k 1 \
+		--prompt-file testdata/demo/prompt.txt -n 32 -r 2 -t 1
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"| mtp | "* ]]
+	run "$DS_BIN/ds-bench" -m "$T/demo" --spec ngram
+	[ "$status" -eq 2 ]
+	run "$DS_BIN/ds-bench" -m "$T/demo" --spec-k 2 --prompt-file testdata/demo/prompt.txt
+	[ "$status" -eq 2 ]
+	run "$DS_BIN/ds-bench" --synthetic test-llama --verify 17
+	[ "$status" -eq 2 ]
+	run "$DS_BIN/ds-bench" --synthetic test-llama --verify 2 -n 8
+	[ "$status" -eq 2 ]
+}

@@ -658,6 +658,47 @@ for i in range(1, 8):
 	[ "$output" = "$(printf '%s True\n' 1 2 3 4 5 6 7)" ]
 }
 
+@test "--spec ngram: greedy answers as without it, concurrent or not; \"speculative\": false" {
+	body() { echo "{\"prompt\": \"Request $1 $1 $1 Request $1 $1 $1 Request\", \"max_tokens\": $((16 + 3 * $1)), \"temperature\": 0, \"return_tokens\": true$2}"; }
+	start --parallel 3
+	for i in 1 2 3 4; do
+		curl -s -o "$T/plain.$i" -d "$(body $i)" "$URL/v1/completions"
+	done
+	kill -TERM "$PID"
+	wait "$PID"
+	start --parallel 3 --spec ngram --spec-k 4
+	pids=""
+	for i in 1 2 3 4; do
+		curl -s -o "$T/spec.$i" -d "$(body $i)" "$URL/v1/completions" 3>&- &
+		pids="$pids $!"
+		curl -s -o "$T/off.$i" -d "$(body $i ', "speculative": false')" "$URL/v1/completions" 3>&- &
+		pids="$pids $!"
+	done
+	# shellcheck disable=SC2086
+	wait $pids
+	run $PY -c 'import json, sys
+for i in range(1, 5):
+    a, b, c = (json.load(open("%s/%s.%d" % (sys.argv[1], k, i)))["choices"][0]
+               for k in ("plain", "spec", "off"))
+    print(i, a["tokens"] == b["tokens"] == c["tokens"] and len(a["tokens"]) > 0)' "$T"
+	echo "$output"
+	[ "$output" = "$(printf '%s True\n' 1 2 3 4)" ]
+	post /v1/completions '{"prompt": "a", "speculative": "no"}'
+	err_param speculative
+}
+
+@test "--spec: a drafter's name, --draft and --spec-k checked" {
+	run "$DS_BIN/ds-serve" -m "$F/m" --spec medusa
+	[ "$status" -eq 2 ]
+	[[ "$output" == *"--spec medusa: not a drafter (mtp, ngram or draft)"* ]]
+	run "$DS_BIN/ds-serve" -m "$F/m" --spec draft
+	[ "$status" -eq 2 ]
+	run "$DS_BIN/ds-serve" -m "$F/m" --spec-k 2
+	[ "$status" -eq 2 ]
+	run "$DS_BIN/ds-serve" -m "$F/m" --spec ngram --spec-k 0
+	[ "$status" -eq 2 ]
+}
+
 # ---- signals ---------------------------------------------------------------------------
 
 @test "SIGTERM: stop accepting, finish what runs, exit 0; SIGHUP is ignored" {

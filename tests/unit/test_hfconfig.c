@@ -218,8 +218,9 @@ static const ds_tdesc *find(const ds_tdesc *d, size_t n, const char *name)
 	return NULL;
 }
 
-/* num_nextn_predict_layers: deepseek_v3 only, 0 or 1; the MTP table is
- * layer N = n_layer and the mtp.* tensors, none of it in the main one. */
+/* num_nextn_predict_layers: DeepSeek's (V2's architecture as V3's), 0 or
+ * 1; the MTP table is layer N = n_layer and the mtp.* tensors, none of it
+ * in the main one. */
 static void test_mtp(void)
 {
 	char buf[4096];
@@ -232,6 +233,13 @@ static void test_mtp(void)
 
 	snprintf(buf, sizeof buf, "%s", v2_lite);
 	T_CHECK(parse(buf, &hp, &err) == 0 && hp.n_mtp == 0);
+	{
+		char b2[4096], *p = strstr(buf, "\"hidden_act\"");
+
+		snprintf(b2, sizeof b2, "%.*s\"num_nextn_predict_layers\":1,%s",
+			 (int)(p - buf), buf, p);
+		T_CHECK(parse(b2, &hp, &err) == 0 && hp.n_mtp == 1);
+	}
 	memcpy(strstr(buf, "deepseek_v2"), "deepseek_v3", 11);
 	T_CHECK(parse(buf, &hp, &err) == 0 && hp.n_mtp == 0);
 	refuse(buf, "\"hidden_act\"", "\"num_nextn_predict_layers\":2,\"hidden_act\"",

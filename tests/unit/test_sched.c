@@ -28,7 +28,7 @@ static int eng_open(eng *e, uint32_t slots, uint32_t ctx, uint32_t batch)
 {
 	ds_pool_opts po = { 2, NULL, 0 };
 	ds_fwd_opts fo = { .max_batch = 64 };
-	ds_sched_opts so = { batch };
+	ds_sched_opts so = { .n_batch = batch };
 	ds_err err;
 
 	memset(e, 0, sizeof *e);

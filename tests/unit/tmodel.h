@@ -130,6 +130,27 @@ static int tm_write_perm(ds_mwriter *w, const ds_tdesc *e, uint64_t *seed,
 	return rc;
 }
 
+/* The multi-token-prediction tensors after the others (a config with
+ * num_nextn_predict_layers): its own embedding and head, written as the
+ * rest are. */
+static int tm_add_mtp(const ds_hparams *hp, ds_tdesc **d, size_t *n)
+{
+	ds_tdesc *m = NULL, *all;
+	size_t nm = 0;
+	ds_err err;
+
+	if (ds_arch_mtp_tensors(hp, &m, &nm, &err) ||
+	    (all = realloc(*d, (*n + nm) * sizeof **d)) == NULL) {
+		free(m);
+		return -1;
+	}
+	memcpy(all + *n, m, nm * sizeof *m);
+	*d = all;
+	*n += nm;
+	free(m);
+	return 0;
+}
+
 /* Write a random model of config `cfg` with matrices of type `mt` into
  * dir (replacing it); with perm (q4 and q8 types), every linear layer
  * gets an act-order permutation of its inputs.  0 on success. */
@@ -155,6 +176,10 @@ static int tm_write_opt(const char *dir, const char *cfg, const char *mt,
 		return -1;
 	}
 	json_decref(c);
+	if (hp.n_mtp && tm_add_mtp(&hp, &d, &n)) {
+		free(d);
+		return -1;
+	}
 	for (i = 0; i < n; i++) {
 		const ds_tdesc *e = &d[i];
 		int vec = e->kind == DS_TK_VECTOR || e->kind == DS_TK_ROUTER;
