@@ -383,9 +383,14 @@ p = json.load(sys.stdin)
 j = p["mpi"]
 assert j["ranks"] == 4 and j["per_host"] == 2 and j["hosts"] == ["a", "b.example"], j
 meta = json.load(open(sys.argv[1] + "/model.meta"))
-exps = sum(t["size"] for t in meta["tensors"] if t["name"].endswith("_exps"))
-out = [t["size"] for t in meta["tensors"] if t["name"] == "output"][0]
-assert j["shared_bytes"] == os.stat(sys.argv[1] + "/model.bin").st_size - exps
+# the multi-token-prediction layer (blk.N, mtp.*) is loaded only to draft
+n = meta["hparams"]["n_layer"]
+mtp = lambda name: name.startswith("mtp.") or name.startswith("blk.%d." % n)
+main = [t for t in meta["tensors"] if not mtp(t["name"])]
+exps = sum(t["size"] for t in main if t["name"].endswith("_exps"))
+mtp_bytes = sum(t["size"] for t in meta["tensors"] if mtp(t["name"]))
+out = [t["size"] for t in main if t["name"] == "output"][0]
+assert j["shared_bytes"] == os.stat(sys.argv[1] + "/model.bin").st_size - exps - mtp_bytes
 assert j["rank_exp_bytes"] == exps // 8 * 2 and j["out_bytes"] == out, j
 assert " -n 4 ds-run --mpi " in j["run"]
 assert [i["cpus"] for i in p["instances"]] == ["0-3", "4-7"]

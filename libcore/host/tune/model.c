@@ -25,13 +25,17 @@ int ds_tune_model_read(const char *dir, ds_tune_model *m, ds_err *err)
 	int rc = 0;
 
 	memset(m, 0, sizeof *m);
-	if (ds_model_load(&md, dir, 0, err) != 0)
+	/* with the MTP layer's tables, to leave its bytes out: a run loads
+	 * it only when it drafts with it */
+	if (ds_model_load(&md, dir, DS_LOAD_MTP, err) != 0)
 		return -1;
 	snprintf(m->arch, sizeof m->arch, "%s", ds_arch_name(md.hp.arch));
 	m->bytes = md.bin.size;
+	for (size_t i = md.n_tensors - md.n_mtp_tensors; i < md.n_tensors; i++)
+		m->mtp_bytes += md.tensors[i].size;
 	m->n_ctx_train = md.hp.n_ctx_train;
 	m->n_expert = md.hp.n_expert;
-	for (size_t i = 0; i < md.n_tensors; i++) {
+	for (size_t i = 0; i + md.n_mtp_tensors < md.n_tensors; i++) {
 		const ds_tensor *t = &md.tensors[i];
 		size_t n = strlen(t->name);
 

@@ -680,7 +680,7 @@ static int mpi_sizes(ds_tune_plan *p, const ds_sysinfo *si,
 	if ((uint32_t)j->ranks > m->n_expert)
 		return ds_errf(err, "--ranks %d: more ranks than the model's %u "
 			       "routed experts", j->ranks, m->n_expert);
-	j->shared_bytes = m->bytes - m->exp_bytes;
+	j->shared_bytes = m->bytes - m->exp_bytes - m->mtp_bytes;
 	j->rank_exp_bytes = m->exp_bytes / m->n_expert *
 			    ((m->n_expert + (uint32_t)j->ranks - 1) / (uint32_t)j->ranks);
 	p->pages = 0;

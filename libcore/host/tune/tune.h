@@ -25,6 +25,7 @@ typedef struct ds_tune_model {
 	uint32_t n_ctx_train;
 	uint32_t n_expert;        /* routed experts (0: a dense model) */
 	uint64_t exp_bytes;       /* the routed experts' tensors (*_exps) */
+	uint64_t mtp_bytes;       /* the MTP layer's (loaded only to draft) */
 	uint64_t out_bytes;       /* the output projection (rank 0's alone) */
 } ds_tune_model;
 
