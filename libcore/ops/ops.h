@@ -96,6 +96,8 @@ typedef struct ds_actbuf {
 	size_t ldf;
 } ds_actbuf;
 
+#define DS_CTX_MAPS 48
+
 typedef struct ds_ctx {
 	ds_pool *pool;
 	const ds_kernels *kern;
@@ -116,6 +118,8 @@ typedef struct ds_ctx {
 	uint8_t *thr;
 	size_t thr_bytes;
 	struct ops_steal *steal;  /* per thread: its unclaimed work (ops_int.h) */
+	struct { void *p; size_t n; } maps[DS_CTX_MAPS];  /* the buffers */
+	int n_maps;
 } ds_ctx;
 
 /* Choose the kernels (ds_kernels_init: DS_ISA) and allocate the scratch.
