@@ -65,7 +65,9 @@ struct json_t;
 /* Compile the checkpoint's tokenizer (src/tokenizer.json, else
  * src/tokenizer.model, with src/tokenizer_config.json if present) into
  * dst/tokenizer.bin and set the "tokenizer" and "chat_template" keys of
- * meta (ds-model(5)); chat_template is left out when not recognized. */
+ * meta (ds-model(5)); chat_template is left out when not recognized.
+ * The checkpoint's template itself goes into "chat_template_jinja"
+ * (chat/template.h ds_chat_tpl_extract). */
 int ds_tok_convert(const char *src, const char *dst, struct json_t *meta,
 		   ds_err *err);
 /* Just the meta keys, for a loaded tokenizer; source names its file. */
