@@ -26,7 +26,8 @@ static void usage(FILE *f)
 		"              [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]\n"
 		"              [--repeat-last-n N] [--seed S] [--stop STR ...] [--ids | --jsonl]\n"
 		"              [--logits-out FILE] [--parallel N] [-p TEXT | -f FILE] [--chat]\n"
-		"              [--chat-template NAME] [--perplexity] [--truncate] [--verify]\n"
+		"              [--chat-template NAME | --chat-template-file FILE] [--perplexity]\n"
+		"              [--truncate] [--verify]\n"
 		"              [--mlock] [--no-populate] [--hugepages] [--numa MODE]\n"
 		"              [--cpus LIST] [--sched-fifo PRIO] [--cache-type TYPE] [--verbose]\n"
 		"       ds-run -h | --version\n");
@@ -37,7 +38,7 @@ static void usage(FILE *f)
 enum out_mode { OUT_TEXT, OUT_IDS, OUT_JSONL };
 
 typedef struct opts {
-	const char *dir, *prompt, *file, *logits_out, *cpus, *chat_tmpl;
+	const char *dir, *prompt, *file, *logits_out, *cpus, *chat_tmpl, *chat_file;
 	long n_predict;
 	uint32_t ctx_size, parallel;
 	int threads, sched_fifo;
@@ -52,7 +53,7 @@ typedef struct opts {
 } opts;
 
 enum {
-	O_CACHE = 256, O_CHAT, O_CHAT_TMPL, O_CPUS, O_CTX, O_HUGE, O_IDS, O_JSONL,
+	O_CACHE = 256, O_CHAT, O_CHAT_TMPL, O_CHAT_FILE, O_CPUS, O_CTX, O_HUGE, O_IDS, O_JSONL,
 	O_LOGITS, O_MINP, O_MLOCK, O_NOPOP, O_NUMA, O_PAR, O_PPL, O_RLN, O_RP,
 	O_FIFO, O_SEED, O_STOP, O_TEMP, O_THREADS, O_TOPK, O_TOPP, O_TRUNC,
 	O_VERBOSE, O_VERIFY, O_VERSION,
@@ -62,6 +63,7 @@ static const struct option longopts[] = {
 	{ "cache-type", required_argument, NULL, O_CACHE },
 	{ "chat", no_argument, NULL, O_CHAT },
 	{ "chat-template", required_argument, NULL, O_CHAT_TMPL },
+	{ "chat-template-file", required_argument, NULL, O_CHAT_FILE },
 	{ "cpus", required_argument, NULL, O_CPUS },
 	{ "ctx-size", required_argument, NULL, O_CTX },
 	{ "file", required_argument, NULL, 'f' },
@@ -123,6 +125,7 @@ static int parse_word(opts *o, int c, char *a)
 	case 'm': o->dir = a; return 0;
 	case 'p': o->prompt = a; return 0;
 	case O_CHAT_TMPL: o->chat_tmpl = a; return 0;
+	case O_CHAT_FILE: o->chat_file = a; return 0;
 	case O_CPUS: o->cpus = a; return 0;
 	case O_LOGITS: o->logits_out = a; return 0;
 	}
@@ -172,6 +175,10 @@ static int check_args(const opts *o)
 	}
 	if (o->prompt && o->file) {
 		warnx("-p and -f exclude each other");
+		return 2;
+	}
+	if (o->chat_tmpl && o->chat_file) {
+		warnx("--chat-template and --chat-template-file exclude each other");
 		return 2;
 	}
 	if (o->perplexity && (o->chat || o->prompt || o->file || o->parallel > 1)) {
@@ -251,15 +258,31 @@ static int fit(run *r, ds_tok_ids *ids, ds_err *err)
 
 /* ---- input ------------------------------------------------------------------------------ */
 
+/* One user message; NULL when out of memory or the text is not UTF-8. */
+static json_t *user_msg(const char *text, ds_err *err)
+{
+	json_t *m = json_pack("{s:s, s:s}", "role", "user", "content", text);
+
+	if (m == NULL)
+		ds_errf(err, "not valid UTF-8 (a chat message must be)");
+	return m;
+}
+
 /* A text as the model reads it: a chat turn in the template, or plain. */
 static int add_text(run *r, const char *text, size_t line, ds_err *err)
 {
-	ds_chat_msg msg = { .role = "user", .content = text };
-	ds_tok_ids ids;
+	json_t *conv = NULL, *m;
+	ds_tok_ids ids = { 0 };
+	int rc;
 
-	if ((r->o->chat ? ds_session_chat(&r->s, &msg, 1, &ids, err)
-			: ds_session_encode(&r->s, text, &ids, err)) ||
-	    fit(r, &ids, err)) {
+	if (r->o->chat && ((m = user_msg(text, err)) == NULL ||
+			   (conv = json_pack("[o]", m)) == NULL))
+		rc = -1;
+	else
+		rc = r->o->chat ? ds_session_chat(&r->s, conv, NULL, &ids, NULL, err)
+				: ds_session_encode(&r->s, text, &ids, err);
+	json_decref(conv);
+	if (rc || fit(r, &ids, err)) {
 		ds_tok_ids_free(&ids);
 		return ds_err_prefix(err, "line %zu", line);
 	}
@@ -335,50 +358,51 @@ static int prompt_request(run *r, ds_err *err)
 /* ---- an interactive chat (stdin a terminal) ------------------------------------------------- */
 
 /* One turn: the conversation so far, answered; the answer joins it. */
-static int chat_turn(run *r, ds_chat_msg *msgs, size_t *n, ds_err *err)
+static int chat_turn(run *r, json_t *conv, ds_err *err)
 {
 	ds_tok_ids ids;
+	json_t *a;
 
-	if (ds_session_chat(&r->s, msgs, *n, &ids, err) || fit(r, &ids, err)) {
+	if (ds_session_chat(&r->s, conv, NULL, &ids, NULL, err) || fit(r, &ids, err)) {
 		ds_tok_ids_free(&ids);
 		return -1;
 	}
 	if (ds_runner_add(&r->rn, &ids, err) || ds_runner_run(&r->rn, err))
 		return -1;
-	msgs[*n].role = "assistant";
-	msgs[*n].content = r->rn.last ? r->rn.last : strdup("");
+	/* the answer as shown (text a model makes may not be UTF-8) */
+	a = ds_json_text(r->rn.last ? r->rn.last : "", r->rn.last ? r->rn.n_last : 0);
+	free(r->rn.last);
 	r->rn.last = NULL;
-	if (msgs[(*n)++].content == NULL)
+	if (a == NULL || json_array_append_new(conv, json_pack("{s:s, s:o}", "role",
+							       "assistant", "content", a)))
 		return ds_errf(err, "out of memory");
 	return 0;
 }
 
 static int chat_loop(run *r, ds_err *err)
 {
-	ds_chat_msg *msgs = NULL;
-	size_t n = 0, cap = 0, len, lcap = 0, i;
+	json_t *conv = json_array(), *m;
+	size_t len, lcap = 0;
 	char *line = NULL;
-	int rc = 0;
+	int rc = conv ? 0 : ds_errf(err, "out of memory");
 
-	for (;;) {
+	while (rc == 0) {
 		fputs("> ", stderr);
 		fflush(stderr);
 		if (!read_line(stdin, &line, &lcap, &len))
 			break;
 		if (len == 0)
 			continue;
-		if (ds_grow((void **)&msgs, &cap, n + 2, sizeof *msgs) ||
-		    (msgs[n].content = strdup(line)) == NULL) {
-			rc = ds_errf(err, "out of memory");
-			break;
+		if ((m = user_msg(line, err)) == NULL) {
+			warnx("%s", err->msg);
+			continue;
 		}
-		msgs[n++].role = "user";
-		if ((rc = chat_turn(r, msgs, &n, err)) != 0)
-			break;
+		if (json_array_append_new(conv, m))
+			rc = ds_errf(err, "out of memory");
+		else
+			rc = chat_turn(r, conv, err);
 	}
-	for (i = 0; i < n; i++)
-		free((char *)msgs[i].content);
-	free(msgs);
+	json_decref(conv);
 	free(line);
 	return rc;
 }
@@ -452,7 +476,7 @@ static int setup(run *r, ds_err *err)
 	ds_session_opts so = {
 		.dir = o->dir, .threads = o->threads, .cpus = o->cpus, .load = o->load,
 		.ctx_size = o->ctx_size, .slots = o->parallel, .kv_type = o->kv_type,
-		.chat_template = o->chat_tmpl,
+		.chat_template = o->chat_tmpl, .chat_template_file = o->chat_file,
 	};
 	ds_cpuset cpus;
 
@@ -467,9 +491,11 @@ static int setup(run *r, ds_err *err)
 		return -1;
 	if (r->s.warn[0])
 		warnx("warning: --hugepages: %s", r->s.warn);
+	if (r->s.tpl_warn[0] && (o->chat || o->verbose))
+		warnx("warning: %s", r->s.tpl_warn);
 	if (o->chat && !r->s.have_tmpl)
-		return ds_errf(err, "%s: the model names no chat template: give "
-			       "--chat-template", o->dir);
+		return ds_errf(err, "%s: %s: give --chat-template or "
+			       "--chat-template-file", o->dir, r->s.tpl_err);
 	if (o->verbose)
 		verbose_setup(r);
 	if (o->logits_out && ds_afile_open(&r->lf, o->logits_out, err))

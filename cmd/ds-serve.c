@@ -34,6 +34,7 @@ static void usage(FILE *f)
 		"usage: %s -m DIR [--host ADDR] [--port N] [--threads N] [--parallel N]\n"
 		"                [--ctx-size N] [--queue N] [--api-key KEY | --api-key-file FILE]\n"
 		"                [--max-body BYTES] [--timeout S] [--max-conns N] [--cpus LIST]\n"
+		"                [--chat-template NAME | --chat-template-file FILE]\n"
 		"                [--hugepages] [--numa MODE] [--verbose]\n",
 		prog);
 }
@@ -55,12 +56,14 @@ typedef struct opts {
 enum {
 	O_KEY = 256, O_KEYFILE, O_CPUS, O_CTX, O_HOST, O_HUGE, O_BODY, O_NUMA,
 	O_PAR, O_PORT, O_QUEUE, O_THREADS, O_TIMEOUT, O_VERBOSE, O_VERSION,
-	O_CONNS,
+	O_CONNS, O_CHAT_TMPL, O_CHAT_FILE,
 };
 
 static const struct option longopts[] = {
 	{ "api-key", required_argument, NULL, O_KEY },
 	{ "api-key-file", required_argument, NULL, O_KEYFILE },
+	{ "chat-template", required_argument, NULL, O_CHAT_TMPL },
+	{ "chat-template-file", required_argument, NULL, O_CHAT_FILE },
 	{ "cpus", required_argument, NULL, O_CPUS },
 	{ "ctx-size", required_argument, NULL, O_CTX },
 	{ "help", no_argument, NULL, 'h' },
@@ -102,6 +105,8 @@ static int parse_one(opts *o, int c, const char *a)
 	case O_KEY: s->api_key = a; return 0;
 	case O_KEYFILE: o->key_file = a; return 0;
 	case O_CPUS: s->cpus = a; return 0;
+	case O_CHAT_TMPL: s->chat_template = a; return 0;
+	case O_CHAT_FILE: s->chat_template_file = a; return 0;
 	case O_CTX: rc = ds_opt_long("--ctx-size", a, 4, 1L << 24, &v); s->ctx_size = (uint32_t)v; break;
 	case O_HOST: s->host = a; return 0;
 	case O_HUGE: s->hugepages = 1; return 0;
@@ -128,6 +133,10 @@ static int check_args(opts *o)
 	}
 	if (o->so.api_key && o->key_file) {
 		warnx("--api-key and --api-key-file exclude each other");
+		return 2;
+	}
+	if (o->so.chat_template && o->so.chat_template_file) {
+		warnx("--chat-template and --chat-template-file exclude each other");
 		return 2;
 	}
 	if (o->so.api_key && !key_ok(o->so.api_key)) {

@@ -371,103 +371,37 @@ static int get_prompt(json_t *o, const ds_api_limits *lim, ds_api_req *r,
 
 /* ---- messages (chat) ------------------------------------------------------------------ */
 
-/* A content: a string, or text parts [{"type": "text", "text": ...}]
- * joined with newlines. */
-static int get_content(json_t *c, const char *param, char **out, ds_api_err *e)
-{
-	char p[128];
-	size_t i, n = 0;
-	json_t *part;
-	char *s;
-
-	if (c == NULL || json_is_string(c)) {
-		*out = strdup(c ? json_string_value(c) : "");
-		return *out ? 0 : oom(e);
-	}
-	if (!json_is_array(c))
-		return ds_api_fail(e, 400, param, "%s: must be a string or an array "
-				   "of text parts", param);
-	json_array_foreach(c, i, part) {
-		json_t *t = json_object_get(part, "type"), *x = json_object_get(part, "text");
-
-		snprintf(p, sizeof p, "%s[%zu]", param, i);
-		if (!json_is_string(t) || strcmp(json_string_value(t), "text") != 0)
-			return ds_api_fail(e, 400, p, "%s: only parts of type \"text\" "
-					   "are supported", p);
-		if (!json_is_string(x))
-			return ds_api_fail(e, 400, p, "%s.text: must be a string", p);
-		n += json_string_length(x) + 1;
-	}
-	s = calloc(1, n + 1);
-	if (s == NULL)
-		return oom(e);
-	*out = s;
-	json_array_foreach(c, i, part) {
-		json_t *x = json_object_get(part, "text");
-
-		if (i)
-			*s++ = '\n';   /* not strcat: linear in the parts */
-		memcpy(s, json_string_value(x), json_string_length(x));
-		s += json_string_length(x);
-	}
-	*s = '\0';
-	return 0;
-}
-
-static int get_message(json_t *m, size_t i, ds_chat_msg *out, ds_api_err *e)
-{
-	static const char *const roles[] = { "system", "user", "assistant" };
-	char p[64], pc[80];
-	json_t *role = json_object_get(m, "role");
-	const char *rs;
-	size_t k;
-	char *content;
-
-	snprintf(p, sizeof p, "messages[%zu]", i);
-	if (!json_is_object(m))
-		return ds_api_fail(e, 400, p, "%s: must be an object", p);
-	snprintf(pc, sizeof pc, "%s.role", p);
-	if (!json_is_string(role))
-		return ds_api_fail(e, 400, pc, "%s: must be a string", pc);
-	rs = json_string_value(role);
-	if (strcmp(rs, "developer") == 0)   /* OpenAI's newer name */
-		rs = "system";
-	for (k = 0; k < 3 && strcmp(rs, roles[k]) != 0; k++)
-		;
-	if (k == 3)
-		return ds_api_fail(e, 400, pc, "%s: \"%.40s\" is not system, user or "
-				   "assistant", pc, json_string_value(role));
-	snprintf(pc, sizeof pc, "%s.content", p);
-	if (field(m, "tool_calls") || field(m, "function_call"))
-		return ds_api_fail(e, 400, p, "%s: tool calls are not supported", p);
-	if (field(m, "content") == NULL && k != 2)
-		return ds_api_fail(e, 400, pc, "%s: missing", pc);
-	if (get_content(field(m, "content"), pc, &content, e))
-		return -1;
-	out->role = roles[k];
-	out->content = content;
-	return 0;
-}
-
 static int get_messages(json_t *o, ds_api_req *r, ds_api_err *e)
 {
-	json_t *v = field(o, "messages"), *m;
-	size_t i;
+	char param[96];
+	ds_err err;
 
+	if (ds_chat_messages(field(o, "messages"), 0, &r->messages, param,
+			     sizeof param, &err) ||
+	    ds_chat_kwargs(field(o, "chat_template_kwargs"), &r->tpl_vars, param,
+			   sizeof param, &err))
+		return ds_api_fail(e, strcmp(err.msg, "out of memory") ? 400 : 500,
+				   param, "%s", err.msg);
+	return 0;
+}
+
+/* llama.cpp server's names: "auto" is the server's choice. */
+static int get_reasoning(json_t *o, ds_api_req *r, ds_api_err *e)
+{
+	json_t *v = field(o, "reasoning_format");
+	const char *s;
+
+	r->reasoning = DS_REASON_AUTO;
 	if (v == NULL)
-		return ds_api_fail(e, 400, "messages", "messages: missing");
-	if (!json_is_array(v))
-		return ds_api_fail(e, 400, "messages", "messages: must be an array");
-	if (json_array_size(v) == 0)
-		return ds_api_fail(e, 400, "messages", "messages: empty");
-	r->msgs = calloc(json_array_size(v), sizeof *r->msgs);
-	if (r->msgs == NULL)
-		return oom(e);
-	json_array_foreach(v, i, m) {
-		if (get_message(m, i, &r->msgs[i], e))
-			return -1;
-		r->n_msgs++;
-	}
+		return 0;
+	s = json_string_value(v);
+	if (s != NULL && strcmp(s, "none") == 0)
+		r->reasoning = DS_REASON_NONE;
+	else if (s != NULL && strcmp(s, "deepseek") == 0)
+		r->reasoning = DS_REASON_DEEPSEEK;
+	else if (s == NULL || strcmp(s, "auto") != 0)
+		return ds_api_fail(e, 400, "reasoning_format", "reasoning_format: "
+				   "none, deepseek or auto");
 	return 0;
 }
 
@@ -480,13 +414,16 @@ static int parse_fields(json_t *o, ds_api_req *r, const ds_api_limits *lim,
 
 	if (model && !json_is_null(model) && !json_is_string(model))
 		return ds_api_fail(e, 400, "model", "model: must be a string");
+	if (r->kind == DS_API_TEMPLATE)
+		return get_bool(o, "add_generation_prompt", &r->add_gen, e) ||
+		       get_messages(o, r, e) ? -1 : 0;
 	if (unsupported(o, e) || get_sampling(o, r, e) || get_max_tokens(o, r, e) ||
 	    get_stops(o, r, e) || get_stream(o, r, e) ||
 	    get_bool(o, "ignore_eos", &r->ignore_eos, e) ||
 	    get_bool(o, "return_tokens", &r->return_tokens, e))
 		return -1;
 	if (r->kind == DS_API_CHAT)
-		return get_messages(o, r, e);
+		return get_reasoning(o, r, e) || get_messages(o, r, e) ? -1 : 0;
 	return get_prompt(o, lim, r, e);
 }
 
@@ -498,6 +435,8 @@ int ds_api_parse(ds_api_req *r, enum ds_api_kind kind, const char *body,
 
 	memset(r, 0, sizeof *r);
 	r->kind = kind;
+	r->add_gen = 1;
+	r->reasoning = DS_REASON_AUTO;
 	ds_sampler_defaults(&r->sp);
 	if ((o = load_object(body, len, e)) == NULL)
 		return -1;
@@ -516,9 +455,8 @@ void ds_api_req_free(ds_api_req *r)
 
 	free(r->prompt);
 	free(r->ids);
-	for (i = 0; i < r->n_msgs; i++)
-		free((char *)r->msgs[i].content);
-	free(r->msgs);
+	json_decref(r->messages);
+	json_decref(r->tpl_vars);
 	for (i = 0; i < r->n_stops; i++)
 		free(r->stops[i]);
 	free(r->stops);

@@ -48,7 +48,8 @@ int ds_eng_load(ds_eng *e, const ds_srv_opts *o, ds_metrics *mt, ds_err *err)
 		.dir = o->model_dir, .threads = o->threads, .cpus = o->cpus,
 		.load = { .hugepages = o->hugepages }, .ctx_size = o->ctx_size,
 		.slots = o->parallel, .kv_type = DS_KV_F16, .tok = DS_SESS_TOK_NEED,
-		.tok_why = "ds-serve needs",
+		.tok_why = "ds-serve needs", .chat_template = o->chat_template,
+		.chat_template_file = o->chat_template_file,
 	};
 
 	e->o = o;
@@ -99,11 +100,13 @@ void ds_eng_counts(ds_eng *e, size_t *queued, size_t *running)
 
 /* ---- prompts ----------------------------------------------------------------------------- */
 
-static int prompt_ids(ds_eng *e, const ds_api_req *r, ds_tok_ids *ids, ds_err *err)
+static int prompt_ids(ds_eng *e, const ds_api_req *r, ds_tok_ids *ids,
+		      int *think, ds_err *err)
 {
 	memset(ids, 0, sizeof *ids);
+	*think = 0;
 	if (r->kind == DS_API_CHAT)
-		return ds_session_chat(&e->s, r->msgs, r->n_msgs, ids, err);
+		return ds_session_chat(&e->s, r->messages, r->tpl_vars, ids, think, err);
 	if (r->ids == NULL)
 		return ds_session_encode(&e->s, r->prompt, ids, err);
 	if (ds_grow((void **)&ids->v, &ids->cap, r->n_ids, sizeof *ids->v))
@@ -114,7 +117,7 @@ static int prompt_ids(ds_eng *e, const ds_api_req *r, ds_tok_ids *ids, ds_err *e
 }
 
 int ds_eng_prompt(ds_eng *e, const ds_api_req *r, int32_t **out, size_t *n,
-		  ds_api_err *ae)
+		  int *think, ds_api_err *ae)
 {
 	const char *param = r->kind == DS_API_CHAT ? "messages" : "prompt";
 	ds_tok_ids ids;
@@ -124,9 +127,9 @@ int ds_eng_prompt(ds_eng *e, const ds_api_req *r, int32_t **out, size_t *n,
 	*out = NULL;
 	*n = 0;
 	if (r->kind == DS_API_CHAT && !e->s.have_tmpl)
-		return ds_api_fail(ae, 400, "messages", "messages: the model names "
-				   "no chat template: use /v1/completions");
-	if (prompt_ids(e, r, &ids, &err))
+		return ds_api_fail(ae, 400, "messages", "messages: %s: use "
+				   "/v1/completions, or --chat-template", e->s.tpl_err);
+	if (prompt_ids(e, r, &ids, think, &err))
 		rc = ds_api_fail(ae, 400, param, "%s: %s", param, err.msg);
 	else if (ids.n == 0)
 		rc = ds_api_fail(ae, 400, param, "%s: no tokens", param);

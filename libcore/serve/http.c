@@ -492,13 +492,13 @@ static enum MHD_Result generate(rctx *q, enum ds_api_kind kind)
 	ds_api_err e;
 	int32_t *ids;
 	size_t n;
-	int rc;
+	int rc, think;
 
 	if (!atomic_load(&s->ready) || atomic_load(&s->draining))
 		return not_ready(q);
 	lim = limits(s);
 	if (ds_api_parse(&q->req, kind, q->body ? q->body : "", q->n_body, &lim, &e) ||
-	    ds_eng_prompt(&s->eng, &q->req, &ids, &n, &e))
+	    ds_eng_prompt(&s->eng, &q->req, &ids, &n, &think, &e))
 		return reply_err(q, &e);
 	rc = ds_job_submit(&s->eng, &q->req, ids, n, q->t0, &q->job, &e);
 	free(ids);
@@ -1027,7 +1027,12 @@ int ds_srv_load(ds_srv *s, ds_err *err)
 	     "threads, kernels %s, chat template %s", s->model_name,
 	     ds_now_s() - t0, ds_arch_name(e->s.m.hp.arch), e->s.kv.n_slot, e->s.n_ctx,
 	     ds_pool_threads(e->s.pool), ds_kernels_name(),
-	     e->s.have_tmpl ? ds_chat_name(e->s.tmpl) : "none");
+	     e->s.have_tmpl ? ds_chat_tpl_kind(&e->s.tpl) : "none");
+	if (e->s.tpl_warn[0])
+		slog(s, "warning: %s", e->s.tpl_warn);
+	else if (!e->s.have_tmpl && strcmp(e->s.tpl_err, "the model names no chat "
+						  "template") != 0)
+		slog(s, "warning: %s", e->s.tpl_err);
 	return 0;
 }
 

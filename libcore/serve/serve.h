@@ -24,14 +24,27 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "chat/chat.h"
+#include <jansson.h>
+
+#include "chat/template.h"
 #include "runtime/sampler.h"
 #include "runtime/sched.h"
 #include "base/util.h"
 
 /* ---- requests and answers (api.c) -------------------------------------------- */
 
-enum ds_api_kind { DS_API_COMPLETION, DS_API_CHAT };
+enum ds_api_kind {
+	DS_API_COMPLETION,          /* /v1/completions */
+	DS_API_CHAT,                /* /v1/chat/completions */
+	DS_API_TEMPLATE,            /* /apply-template: a chat body, rendered */
+};
+
+/* reasoning_format: what becomes of a <think> block in a chat answer. */
+enum ds_reasoning {
+	DS_REASON_AUTO = -1,        /* the server's --reasoning-format */
+	DS_REASON_NONE = 0,         /* left in the content, as generated */
+	DS_REASON_DEEPSEEK = 1,     /* message.reasoning_content, apart */
+};
 
 /* An answer other than 200: the HTTP status, OpenAI's error "type" and
  * "code" (NULL: null), the request field at fault ("prompt[3]", "" for
@@ -65,8 +78,11 @@ typedef struct ds_api_req {
 	char *prompt;               /* completion given as text, or NULL */
 	int32_t *ids;               /* completion given as token ids */
 	size_t n_ids;
-	ds_chat_msg *msgs;          /* chat; role and content owned here */
-	size_t n_msgs;
+	json_t *messages;           /* chat: the conversation (ds_chat_messages) */
+	json_t *tpl_vars;           /* chat_template_kwargs, or NULL */
+	int add_gen;                /* add_generation_prompt (/apply-template;
+				       chat answers always have it) */
+	enum ds_reasoning reasoning;/* reasoning_format */
 	ds_sampler_params sp;
 	int seed_set;
 	int64_t max_tokens;         /* -1: not given */
@@ -194,6 +210,9 @@ typedef struct ds_srv_opts {
 	unsigned max_conns;         /* connections open at once, idle ones
 				       included; 0: 2048 (both at most what
 				       RLIMIT_NOFILE leaves) */
+	const char *chat_template;  /* a named template (chat.h) instead of
+				       the model's, or NULL */
+	const char *chat_template_file; /* a Jinja file instead, or NULL */
 	int hugepages;              /* forward.h ds_model_place */
 	const char *numa;           /* "interleave" | "node" | NULL */
 	int verbose;                /* log every request */

@@ -57,9 +57,10 @@ void ds_eng_free(ds_eng *e);
 void ds_eng_counts(ds_eng *e, size_t *queued, size_t *running);
 
 /* The prompt's ids: given, tokenized, or the chat rendered and tokenized;
- * checked against the context. */
+ * checked against the context.  *think: the chat prompt leaves the model
+ * inside a <think> block. */
 int ds_eng_prompt(ds_eng *e, const ds_api_req *r, int32_t **ids, size_t *n,
-		  ds_api_err *ae);
+		  int *think, ds_api_err *ae);
 /* The text of ids as answers show it: ids the tokenizer has no string for
  * add nothing. */
 int ds_eng_detok(ds_eng *e, const int32_t *ids, size_t n, ds_tok_text *out,

@@ -81,6 +81,8 @@ enum {
 	DS_TOK_NO_BOS = 1 << 1,     /* never prepend BOS */
 	DS_TOK_NO_SPECIAL = 1 << 2, /* encode: special tokens' text is plain
 				       text; decode: drop special tokens */
+	DS_TOK_NO_EOS = 1 << 3,     /* never append EOS (with DS_TOK_NO_BOS:
+				       Hugging Face's add_special_tokens=False) */
 };
 
 /* Append the ids of text[0..len) to *out.  BOS (and EOS) as the tokenizer's

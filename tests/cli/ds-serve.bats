@@ -309,8 +309,17 @@ for f in ("/proc/net/tcp", "/proc/net/tcp6"):
 	[ "$(j "$T/out" 'd["object"]')" = chat.completion ]
 	[ "$(j "$T/out" 'd["choices"][0]["message"]["role"]')" = assistant ]
 	[[ "$(j "$T/out" 'd["id"]')" == chatcmpl-* ]]
-	# deepseek3's template, as chat.h and the checkpoint's tokenizer_config say
-	printf '<｜begin▁of▁sentence｜>Be brief.<｜User｜>Hi<｜Assistant｜>' >"$T/p"
+	# the checkpoint's own template (which reads a system message as an
+	# assistant's), rendered by Jinja2
+	$PY - "$F/src/tokenizer_config.json" >"$T/p" <<'EOF'
+import json, sys, jinja2.sandbox
+c = json.load(open(sys.argv[1]))
+env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+sys.stdout.write(env.from_string(c["chat_template"]).render(
+    messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
+    add_generation_prompt=True, bos_token=c["bos_token"], eos_token=c["eos_token"]))
+EOF
+	[ "$(cat "$T/p")" = '<｜begin▁of▁sentence｜><｜Assistant｜>Be brief.<｜end▁of▁sentence｜><｜User｜>Hi<｜Assistant｜>' ]
 	ids=$("$DS_BIN/ds-tok" -t "$F/src/tokenizer.json" --no-bos <"$T/p")
 	[ "$(j "$T/out" 'd["usage"]["prompt_tokens"]')" = "$(echo "$ids" | wc -w)" ]
 	want=$(echo "$ids" | "$DS_BIN/ds-run" -m "$F/m" --ids -n 10 --temp 0)

@@ -1,7 +1,8 @@
 /* fuzz_servereq.c - ds-serve's request bodies (libcore/serve/api.c): the
  * first byte picks the endpoint (low 2 bits: /v1/completions,
- * /v1/chat/completions, /tokenize, /detokenize) and the vocabulary size
- * the ids are checked against (next 2 bits); the rest is the body.  A
+ * /v1/chat/completions, /tokenize and /detokenize, /apply-template) and
+ * the vocabulary size the ids are checked against (next 2 bits); the rest
+ * is the body.  A
  * parsed request must hold what the server relies on; a refusal must be a
  * 400 (or 500) whose error object is valid JSON naming the field; an
  * answer and every stream chunk built from the request's text, and from
@@ -73,6 +74,8 @@ static void check_req(const ds_api_req *r, const ds_api_limits *lim)
 {
 	size_t i;
 
+	if (r->kind == DS_API_TEMPLATE)
+		FZ_CHECK(r->add_gen == 0 || r->add_gen == 1);
 	if (r->kind == DS_API_COMPLETION) {
 		FZ_CHECK((r->prompt != NULL) != (r->n_ids > 0));
 		for (i = 0; i < r->n_ids; i++)
@@ -80,14 +83,27 @@ static void check_req(const ds_api_req *r, const ds_api_limits *lim)
 		if (r->prompt)
 			check_out(r->kind, r->prompt, strlen(r->prompt));
 	} else {
-		FZ_CHECK(r->n_msgs > 0 && r->prompt == NULL && r->n_ids == 0);
-		for (i = 0; i < r->n_msgs; i++) {
-			FZ_CHECK(strcmp(r->msgs[i].role, "system") == 0 ||
-				 strcmp(r->msgs[i].role, "user") == 0 ||
-				 strcmp(r->msgs[i].role, "assistant") == 0);
-			FZ_CHECK(r->msgs[i].content != NULL);
+		json_t *m, *c = NULL;
+
+		FZ_CHECK(json_array_size(r->messages) > 0 && r->prompt == NULL &&
+			 r->n_ids == 0);
+		json_array_foreach(r->messages, i, m) {
+			const char *role = json_string_value(json_object_get(m, "role"));
+			json_t *ci = json_object_get(m, "content");
+
+			FZ_CHECK(role && (strcmp(role, "system") == 0 ||
+					  strcmp(role, "user") == 0 ||
+					  strcmp(role, "assistant") == 0));
+			FZ_CHECK(json_is_string(ci) || (strcmp(role, "assistant") == 0 &&
+							(ci == NULL || json_is_null(ci))));
+			FZ_CHECK(json_object_get(m, "tool_calls") == NULL ||
+				 json_is_null(json_object_get(m, "tool_calls")));
+			if (c == NULL && json_is_string(ci))
+				c = ci;
 		}
-		check_out(r->kind, r->msgs[0].content, strlen(r->msgs[0].content));
+		FZ_CHECK(r->tpl_vars == NULL || json_is_object(r->tpl_vars));
+		if (c != NULL)
+			check_out(r->kind, json_string_value(c), json_string_length(c));
 	}
 	FZ_CHECK(r->n_stops <= DS_API_MAX_STOPS);
 	for (i = 0; i < r->n_stops; i++)
@@ -110,7 +126,7 @@ static void generation(enum ds_api_kind kind, const char *body, size_t n,
 
 	if (ds_api_parse(&r, kind, body, n, lim, &e) != 0) {
 		check_err(&e);
-		FZ_CHECK(r.prompt == NULL && r.ids == NULL && r.msgs == NULL &&
+		FZ_CHECK(r.prompt == NULL && r.ids == NULL && r.messages == NULL &&
 			 r.stops == NULL);
 		return;
 	}
@@ -152,7 +168,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	switch (data[0] & 3) {
 	case 0: generation(DS_API_COMPLETION, body, size - 1, &lim); break;
 	case 1: generation(DS_API_CHAT, body, size - 1, &lim); break;
-	default: tokenize(body, size - 1, &lim); break;
+	case 2: tokenize(body, size - 1, &lim); break;
+	default: generation(DS_API_TEMPLATE, body, size - 1, &lim); break;
 	}
 	/* the body itself as generated text: any bytes at all */
 	check_out(data[0] & 1 ? DS_API_CHAT : DS_API_COMPLETION, body, size - 1);

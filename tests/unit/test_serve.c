@@ -133,6 +133,7 @@ static void test_messages(void)
 {
 	ds_api_req r;
 	ds_api_err e;
+	json_t *want;
 
 	T_CHECK(parse(&r, DS_API_CHAT,
 		      "{\"messages\": [{\"role\": \"developer\", \"content\": \"S\"},"
@@ -140,14 +141,37 @@ static void test_messages(void)
 		      " {\"type\": \"text\", \"text\": \"b\"}], \"name\": \"n\"},"
 		      " {\"role\": \"assistant\"}, {\"role\": \"user\", \"content\": \"U\"}],"
 		      " \"max_completion_tokens\": 3, \"max_tokens\": 9}", &e) == 0);
-	T_CHECK(r.n_msgs == 4 && r.max_tokens == 3);
-	if (r.n_msgs == 4) {
-		T_CHECK(!strcmp(r.msgs[0].role, "system") && !strcmp(r.msgs[0].content, "S"));
-		T_CHECK(!strcmp(r.msgs[1].role, "user") && !strcmp(r.msgs[1].content, "a\nb"));
-		T_CHECK(!strcmp(r.msgs[2].role, "assistant") && !strcmp(r.msgs[2].content, ""));
-		T_CHECK(!strcmp(r.msgs[3].content, "U"));
-	}
+	T_CHECK(json_array_size(r.messages) == 4 && r.max_tokens == 3);
+	T_CHECK(r.tpl_vars == NULL && r.reasoning == DS_REASON_AUTO);
+	want = json_loads("[{\"role\": \"system\", \"content\": \"S\"},"
+			  " {\"role\": \"user\", \"content\": \"a\\nb\", \"name\": \"n\"},"
+			  " {\"role\": \"assistant\"}, {\"role\": \"user\", \"content\": \"U\"}]",
+			  0, NULL);
+	T_CHECK(json_equal(r.messages, want));
+	json_decref(want);
 	ds_api_req_free(&r);
+	/* the template's variables; reasoning_format */
+	T_CHECK(parse(&r, DS_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}],"
+		      " \"chat_template_kwargs\": {\"enable_thinking\": false},"
+		      " \"reasoning_format\": \"none\"}", &e) == 0);
+	T_CHECK(json_is_false(json_object_get(r.tpl_vars, "enable_thinking")));
+	T_CHECK(r.reasoning == DS_REASON_NONE);
+	ds_api_req_free(&r);
+	T_CHECK(refused(DS_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}],"
+			" \"chat_template_kwargs\": {\"messages\": 1}}", 400,
+			"chat_template_kwargs.messages"));
+	T_CHECK(refused(DS_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}],"
+			" \"chat_template_kwargs\": []}", 400, "chat_template_kwargs"));
+	T_CHECK(refused(DS_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}],"
+			" \"reasoning_format\": \"xml\"}", 400, "reasoning_format"));
+	/* /apply-template: the messages and add_generation_prompt alone */
+	T_CHECK(parse(&r, DS_API_TEMPLATE, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}],"
+		      " \"add_generation_prompt\": false, \"temperature\": 99}", &e) == 0);
+	T_CHECK(r.add_gen == 0 && json_array_size(r.messages) == 1);
+	ds_api_req_free(&r);
+	T_CHECK(refused(DS_API_TEMPLATE, "{\"messages\": []}", 400, "messages"));
+	T_CHECK(refused(DS_API_TEMPLATE, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}],"
+			" \"add_generation_prompt\": 1}", 400, "add_generation_prompt"));
 	T_CHECK(refused(DS_API_CHAT, "{}", 400, "messages"));
 	T_CHECK(refused(DS_API_CHAT, "{\"messages\": []}", 400, "messages"));
 	T_CHECK(refused(DS_API_CHAT, "{\"messages\": {}}", 400, "messages"));
