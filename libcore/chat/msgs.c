@@ -184,3 +184,65 @@ int ds_chat_kwargs(const json_t *in, json_t **out, char *param,
 		return ds_errf(err, "out of memory");
 	return 0;
 }
+
+/* tools or documents: an array (kept in vars), or null. */
+static int list_var(const json_t *o, const char *k, json_t **vars, ds_err *err)
+{
+	const json_t *v = field(o, k);
+
+	if (v == NULL)
+		return 0;
+	if (!json_is_array(v))
+		return ds_errf(err, "%s: must be an array", k);
+	if (*vars == NULL && (*vars = json_object()) == NULL)
+		return ds_errf(err, "out of memory");
+	return json_object_set(*vars, k, (json_t *)v) ? ds_errf(err, "out of memory") : 0;
+}
+
+static int body_fields(const json_t *o, unsigned flags, json_t **messages,
+		       json_t **vars, int *add_gen, ds_err *err)
+{
+	const json_t *g = field(o, "add_generation_prompt");
+	char param[96];
+
+	if (g != NULL && !json_is_boolean(g))
+		return ds_errf(err, "add_generation_prompt: must be true or false");
+	*add_gen = g == NULL || json_is_true(g);
+	if (ds_chat_messages(field(o, "messages"), flags, messages, param,
+			     sizeof param, err) ||
+	    ds_chat_kwargs(field(o, "chat_template_kwargs"), vars, param,
+			   sizeof param, err))
+		return -1;
+	if (!(flags & DS_CHAT_TOOLS)) {
+		if (field(o, "tools") && json_array_size(field(o, "tools")) > 0)
+			return ds_errf(err, "tools: not supported");
+		return 0;
+	}
+	return list_var(o, "tools", vars, err) || list_var(o, "documents", vars, err)
+	       ? -1 : 0;
+}
+
+int ds_chat_body(const char *text, size_t len, unsigned flags,
+		 json_t **messages, json_t **vars, int *add_gen, ds_err *err)
+{
+	json_error_t je;
+	json_t *o = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+	int rc;
+
+	*messages = *vars = NULL;
+	if (o == NULL)
+		return ds_errf(err, "invalid JSON at line %d column %d: %s", je.line,
+			       je.column, je.text);
+	if (!json_is_object(o)) {
+		json_decref(o);
+		return ds_errf(err, "not a JSON object");
+	}
+	rc = body_fields(o, flags, messages, vars, add_gen, err);
+	json_decref(o);
+	if (rc) {
+		json_decref(*messages);
+		json_decref(*vars);
+		*messages = *vars = NULL;
+	}
+	return rc;
+}

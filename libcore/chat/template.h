@@ -120,5 +120,13 @@ int ds_chat_messages(const json_t *in, unsigned flags, json_t **out,
  * NULL when in is NULL or null. */
 int ds_chat_kwargs(const json_t *in, json_t **out, char *param,
 		   size_t param_len, ds_err *err);
+/* A whole chat request body (text[0..len), JSON) as ds-tok --chat reads
+ * it: "messages" (with DS_CHAT_TOOLS as flags allow), "add_generation_prompt"
+ * (default true), "chat_template_kwargs", and with DS_CHAT_TOOLS "tools"
+ * and "documents" (arrays, or null); other fields are ignored, so a chat
+ * completion's body will do.  *vars: the variables for ds_chat_tpl_render
+ * (NULL when none).  Errors are one line naming the field. */
+int ds_chat_body(const char *text, size_t len, unsigned flags,
+		 json_t **messages, json_t **vars, int *add_gen, ds_err *err);
 
 #endif
