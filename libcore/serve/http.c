@@ -194,7 +194,7 @@ static enum MHD_Result reply_json(rctx *q, int status, json_t *j)
 static int is_post(enum ds_ep ep)
 {
 	return ep == DS_EP_COMPLETIONS || ep == DS_EP_CHAT || ep == DS_EP_TOKENIZE ||
-	       ep == DS_EP_DETOKENIZE;
+	       ep == DS_EP_DETOKENIZE || ep == DS_EP_APPLY_TEMPLATE;
 }
 
 static enum MHD_Result reply_err(rctx *q, const ds_api_err *e)
@@ -630,6 +630,33 @@ static enum MHD_Result detokenize(rctx *q)
 	return reply_json(q, 200, j);
 }
 
+/* llama.cpp server's /apply-template: a chat body's prompt, as text. */
+static enum MHD_Result apply_template(rctx *q)
+{
+	ds_srv *s = q->s;
+	ds_api_limits lim;
+	ds_api_err e;
+	ds_err err;
+	char *text;
+	size_t len;
+	json_t *j;
+
+	if (!atomic_load(&s->ready))
+		return not_ready(q);
+	lim = limits(s);
+	if (ds_api_parse(&q->req, DS_API_TEMPLATE, q->body ? q->body : "", q->n_body,
+			 &lim, &e))
+		return reply_err(q, &e);
+	if (ds_session_render(&s->eng.s, q->req.messages, q->req.tpl_vars,
+			      q->req.add_gen, &text, &len, &err)) {
+		ds_api_fail(&e, 400, "messages", "messages: %s", err.msg);
+		return reply_err(q, &e);
+	}
+	j = json_pack("{s:o}", "prompt", ds_json_text(text, len));
+	free(text);
+	return reply_json(q, 200, j);
+}
+
 static enum MHD_Result dispatch(rctx *q)
 {
 	switch (q->ep) {
@@ -640,6 +667,7 @@ static enum MHD_Result dispatch(rctx *q)
 	case DS_EP_METRICS: return metrics(q);
 	case DS_EP_TOKENIZE: return tokenize(q);
 	case DS_EP_DETOKENIZE: return detokenize(q);
+	case DS_EP_APPLY_TEMPLATE: return apply_template(q);
 	default: return fail(q, 404, NULL, "no such endpoint");
 	}
 }

@@ -18,7 +18,7 @@
 
 static const char *const ep_paths[DS_EP_N] = {
 	"/v1/completions", "/v1/chat/completions", "/v1/models", "/health",
-	"/metrics", "/tokenize", "/detokenize", "other",
+	"/metrics", "/tokenize", "/detokenize", "/apply-template", "other",
 };
 
 /* Statuses counted by value; anything else is "other". */

@@ -161,7 +161,8 @@ int ds_api_length_check(const char *value, size_t max);
 /* Endpoints as metric labels: a fixed set, so no request can add series. */
 enum ds_ep {
 	DS_EP_COMPLETIONS, DS_EP_CHAT, DS_EP_MODELS, DS_EP_HEALTH,
-	DS_EP_METRICS, DS_EP_TOKENIZE, DS_EP_DETOKENIZE, DS_EP_OTHER, DS_EP_N
+	DS_EP_METRICS, DS_EP_TOKENIZE, DS_EP_DETOKENIZE, DS_EP_APPLY_TEMPLATE,
+	DS_EP_OTHER, DS_EP_N
 };
 
 /* "/v1/completions" ... ; DS_EP_OTHER for any other path. */

@@ -326,6 +326,31 @@ EOF
 	[ "$(j "$T/out" '" ".join(map(str, d["choices"][0]["tokens"]))')" = "$want" ]
 }
 
+@test "POST /apply-template: the prompt as ds-tok --render makes it" {
+	start
+	B='{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]}'
+	post /apply-template "$B"
+	[ "$CODE" = 200 ]
+	[ "$(j "$T/out" 'd["prompt"]')" = "$("$DS_BIN/ds-tok" -m "$F/m" --render <<<"$B")" ]
+	[ "$(j "$T/out" 'list(d)')" = "['prompt']" ]
+	post /apply-template '{"messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": false}'
+	[ "$(j "$T/out" 'd["prompt"]')" = "<｜begin▁of▁sentence｜><｜User｜>Hi" ]
+	post /apply-template '{"messages": [{"role": "user"}]}'
+	err_param 'messages[0].content'
+	post /apply-template '{"messages": [{"role": "user", "content": "x"}], "add_generation_prompt": "yes"}'
+	err_param add_generation_prompt
+	[ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/apply-template")" = 405 ]
+	[ "$(metric 'ds_requests_total{endpoint="/apply-template",status="200"}')" = 2 ]
+	# a template that fails: 400 with its message
+	printf "{{ raise_exception('no') }}" >"$T/r.jinja"
+	start --chat-template-file "$T/r.jinja"
+	post /apply-template "$B"
+	[ "$CODE" = 400 ]
+	[ "$(j "$T/out" 'd["error"]["message"], d["error"]["param"]')" = "('messages: no', 'messages')" ]
+	post /v1/chat/completions "$B"
+	err_param messages
+}
+
 # sse FILE: checks the events, prints the streamed text
 sse() {
 	$PY - "$1" <<'EOF'
