@@ -35,6 +35,7 @@ static void usage(FILE *f)
 		"                [--ctx-size N] [--queue N] [--api-key KEY | --api-key-file FILE]\n"
 		"                [--max-body BYTES] [--timeout S] [--max-conns N] [--cpus LIST]\n"
 		"                [--chat-template NAME | --chat-template-file FILE]\n"
+		"                [--reasoning-format none|deepseek|auto]\n"
 		"                [--hugepages] [--numa MODE] [--verbose]\n",
 		prog);
 }
@@ -56,7 +57,7 @@ typedef struct opts {
 enum {
 	O_KEY = 256, O_KEYFILE, O_CPUS, O_CTX, O_HOST, O_HUGE, O_BODY, O_NUMA,
 	O_PAR, O_PORT, O_QUEUE, O_THREADS, O_TIMEOUT, O_VERBOSE, O_VERSION,
-	O_CONNS, O_CHAT_TMPL, O_CHAT_FILE,
+	O_CONNS, O_CHAT_TMPL, O_CHAT_FILE, O_REASON,
 };
 
 static const struct option longopts[] = {
@@ -76,6 +77,7 @@ static const struct option longopts[] = {
 	{ "parallel", required_argument, NULL, O_PAR },
 	{ "port", required_argument, NULL, O_PORT },
 	{ "queue", required_argument, NULL, O_QUEUE },
+	{ "reasoning-format", required_argument, NULL, O_REASON },
 	{ "threads", required_argument, NULL, O_THREADS },
 	{ "timeout", required_argument, NULL, O_TIMEOUT },
 	{ "verbose", no_argument, NULL, O_VERBOSE },
@@ -119,6 +121,16 @@ static int parse_one(opts *o, int c, const char *a)
 	case O_THREADS: rc = ds_opt_long("--threads", a, 1, DS_POOL_MAX, &v); s->threads = (int)v; break;
 	case O_TIMEOUT: rc = ds_opt_long("--timeout", a, 1, 86400, &v); s->timeout_s = (unsigned)v; break;
 	case O_VERBOSE: s->verbose = 1; return 0;
+	case O_REASON:
+		if (strcmp(a, "none") == 0)
+			s->reasoning = DS_REASON_NONE;
+		else if (strcmp(a, "deepseek") == 0)
+			s->reasoning = DS_REASON_DEEPSEEK;
+		else if (strcmp(a, "auto") == 0)
+			s->reasoning = DS_REASON_AUTO;
+		else
+			return ds_opt_bad("--reasoning-format", a, "none, deepseek or auto");
+		return 0;
 	default: return 2;
 	}
 	return rc;
@@ -162,6 +174,7 @@ static int parse_args(opts *o, int argc, char **argv)
 	o->so.queue = 64;
 	o->so.max_body = 1u << 20;
 	o->so.timeout_s = 60;
+	o->so.reasoning = DS_REASON_AUTO;
 	o->so.log = log_line;
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, ":hm:", longopts, NULL)) != -1) {

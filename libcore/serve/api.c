@@ -561,12 +561,16 @@ char *ds_api_answer(const ds_api_out *o)
 	json_t *j = head_json(o, chat ? "chat.completion" : "text_completion");
 	json_t *choice;
 
-	if (chat)
+	if (chat) {
 		choice = json_pack("{s:i, s:{s:s, s:o}, s:n, s:s?}", "index", 0,
 				   "message", "role", "assistant", "content",
 				   text_json(o), "logprobs", "finish_reason",
 				   o->finish);
-	else
+		if (choice && o->n_reasoning > 0)
+			json_object_set_new(json_object_get(choice, "message"),
+					    "reasoning_content",
+					    ds_json_text(o->reasoning, o->n_reasoning));
+	} else
 		choice = json_pack("{s:i, s:o, s:n, s:s?}", "index", 0, "text",
 				   text_json(o), "logprobs", "finish_reason",
 				   o->finish);
@@ -603,6 +607,13 @@ static json_t *chunk_choice(const ds_api_out *o, enum ds_api_chunk what)
 		json_decref(t);
 		return json_pack("{s:i, s:{}, s:n, s:s?}", "index", 0, "delta",
 				 "logprobs", "finish_reason", fin);
+	}
+	if (what == DS_CHUNK_REASONING) {
+		json_decref(t);
+		return json_pack("{s:i, s:{s:o}, s:n, s:n}", "index", 0, "delta",
+				 "reasoning_content",
+				 ds_json_text(o->reasoning, o->reasoning ? o->n_reasoning : 0),
+				 "logprobs", "finish_reason");
 	}
 	return json_pack("{s:i, s:{s:o}, s:n, s:n}", "index", 0, "delta",
 			 "content", t, "logprobs", "finish_reason");

@@ -192,32 +192,50 @@ static void keep_id(ds_job *j, int32_t id)
 	j->ids[j->n_ids++] = id;
 }
 
-/* Append shown text, and the id (-1: none) (driver thread). */
-static void append(ds_job *j, const char *s, size_t n, int32_t id)
+/* Append n bytes to a growing buffer (under j->mu); 0 when out of memory. */
+static int add_bytes(char **buf, size_t *len, size_t *cap, const char *s, size_t n)
+{
+	if (n == 0)
+		return 1;
+	if (ds_grow((void **)buf, cap, *len + n + 1, 1))
+		return 0;
+	memcpy(*buf + *len, s, n);
+	*len += n;
+	(*buf)[*len] = '\0';
+	return 1;
+}
+
+/* Append shown text and reasoning, and the id (-1: none) (driver thread). */
+static void append(ds_job *j, const char *s, size_t n, const char *th,
+		   size_t nth, int32_t id)
 {
 	pthread_mutex_lock(&j->mu);
 	keep_id(j, id);
-	if (n > 0 && j->n_text + n + 1 > j->cap_text) {
-		size_t c = j->cap_text ? j->cap_text : 256;
-		char *p;
-
-		while (c < j->n_text + n + 1)
-			c *= 2;
-		p = realloc(j->text, c);
-		if (p == NULL) {
-			j->failed = 1;
-			n = 0;
-		} else {
-			j->text = p;
-			j->cap_text = c;
-		}
-	}
-	if (n > 0) {
-		memcpy(j->text + j->n_text, s, n);
-		j->n_text += n;
-		j->text[j->n_text] = '\0';
-	}
+	if (!add_bytes(&j->text, &j->n_text, &j->cap_text, s, n) ||
+	    !add_bytes(&j->think, &j->n_think, &j->cap_think, th, nth))
+		j->failed = 1;
 	pthread_mutex_unlock(&j->mu);
+}
+
+/* What the stop strings let through: split into reasoning and content
+ * when asked, then to the job; 1 when there is something to show. */
+static int shown(ds_job *j, int32_t id, int last)
+{
+	ds_reason_out *o = &j->ro;
+	ds_err err;
+	int rc = 0;
+
+	if (!j->split) {
+		append(j, j->to.shown, j->to.n_shown, NULL, 0, id);
+		return j->to.n_shown > 0;
+	}
+	o->n_think = o->n_content = 0;
+	if (ds_reason_push(&j->rs, j->to.shown, j->to.n_shown, o, &err) ||
+	    (last && ds_reason_finish(&j->rs, o, &err)))
+		j->failed = 1;
+	rc = o->n_think + o->n_content > 0;
+	append(j, o->content, o->n_content, o->think, o->n_think, id);
+	return rc;
 }
 
 /* A token's text through the stop strings; 1 when a stop string ended it.
@@ -233,9 +251,8 @@ static int cb_token(void *u, int32_t t)
 		j->failed = 1;
 		stop = 1;
 	}
-	append(j, j->to.shown, j->to.n_shown, t);
 	ds_metrics_tokens(j->eng->metrics, 1, ds_now_s());
-	if (j->to.n_shown > 0)
+	if (shown(j, t, 0))
 		wake(j);
 	return stop;
 }
@@ -247,7 +264,7 @@ static void text_tail(ds_job *j)
 
 	if (ds_textout_finish(&j->to, &err))
 		j->failed = 1;
-	append(j, j->to.shown, j->to.n_shown, -1);
+	shown(j, -1, 1);
 }
 
 static void cb_done(void *u, enum ds_finish why, const ds_req_stats *st)
@@ -258,6 +275,10 @@ static void cb_done(void *u, enum ds_finish why, const ds_req_stats *st)
 
 	if (!j->to.stop_hit)
 		text_tail(j);
+	else if (j->split) {
+		j->to.n_shown = 0;  /* shown already: the splitter's held text */
+		shown(j, -1, 1);
+	}
 	pthread_mutex_lock(&j->mu);
 	j->done = 1;
 	j->why = why;
@@ -279,7 +300,21 @@ static uint64_t fresh_seed(ds_eng *e)
 	return s ^ ++e->seed_ctr * 0x9e3779b97f4a7c15ull;
 }
 
-static ds_job *job_new(ds_eng *e, const ds_api_req *r, size_t n,
+/* The request's reasoning_format, else the server's, else the template's
+ * way: apart for templates that know <think>. */
+static int splits(const ds_eng *e, const ds_api_req *r)
+{
+	enum ds_reasoning f = r->reasoning != DS_REASON_AUTO ? r->reasoning
+							      : e->o->reasoning;
+
+	if (r->kind != DS_API_CHAT)
+		return 0;
+	if (f == DS_REASON_AUTO)
+		return e->s.have_tmpl && e->s.tpl.think;
+	return f == DS_REASON_DEEPSEEK;
+}
+
+static ds_job *job_new(ds_eng *e, const ds_api_req *r, size_t n, int think,
 		       double t_arrival)
 {
 	ds_job *j = calloc(1, sizeof *j);
@@ -300,12 +335,17 @@ static ds_job *job_new(ds_eng *e, const ds_api_req *r, size_t n,
 	j->keep_ids = r->return_tokens && !r->stream;
 	j->t_arrival = t_arrival;
 	j->n_prompt = n;
+	j->split = splits(e, r);
+	ds_reason_init(&j->rs, think);
 	return j;
 }
 
 static void job_free(ds_job *j)
 {
 	ds_textout_free(&j->to);
+	ds_reason_free(&j->rs);
+	ds_reason_out_free(&j->ro);
+	free(j->think);
 	pthread_mutex_destroy(&j->mu);
 	close(j->efd);
 	free(j->text);
@@ -335,10 +375,11 @@ static void make_req(ds_eng *e, const ds_api_req *r, const int32_t *ids,
 }
 
 int ds_job_submit(ds_eng *e, const ds_api_req *r, const int32_t *ids,
-		  size_t n, double t_arrival, ds_job **out, ds_api_err *ae)
+		  size_t n, int think, double t_arrival, ds_job **out,
+		  ds_api_err *ae)
 {
 	int32_t stops[DS_SESSION_MAX_STOPS + 1];
-	ds_job *j = job_new(e, r, n, t_arrival);
+	ds_job *j = job_new(e, r, n, think, t_arrival);
 	ds_req q;
 	ds_err err;
 	int rc = 0;

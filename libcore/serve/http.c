@@ -324,6 +324,8 @@ static enum MHD_Result answer_whole(rctx *q)
 		return reply_err(q, &e);
 	pthread_mutex_lock(&j->mu);
 	out_init(q, &o, j->text, j->n_text);
+	o.reasoning = j->think;
+	o.n_reasoning = j->n_think;
 	o.finish = ds_finish_name(why);
 	o.completion_tokens = st.completion_tokens;
 	o.tokens = j->ids;
@@ -390,8 +392,8 @@ static int stream_end(rctx *q, ds_api_out *o, enum ds_finish why,
 static int stream_fill(rctx *q)
 {
 	ds_job *j = q->job;
-	char *text;
-	size_t n;
+	char *text, *think;
+	size_t n, nt;
 	int done;
 	enum ds_finish why;
 	ds_req_stats st;
@@ -407,19 +409,27 @@ static int stream_fill(rctx *q)
 	pthread_mutex_lock(&j->mu);
 	text = j->text;
 	n = j->n_text;
-	j->text = NULL;
-	j->n_text = j->cap_text = 0;
+	think = j->think;
+	nt = j->n_think;
+	j->text = j->think = NULL;
+	j->n_text = j->cap_text = j->n_think = j->cap_think = 0;
 	done = j->done;
 	why = j->why;
 	st = j->st;
 	pthread_mutex_unlock(&j->mu);
 	o.text = text;
 	o.n_text = n;
-	if (n > 0)
+	o.reasoning = think;
+	o.n_reasoning = nt;
+	/* the reasoning came first */
+	if (nt > 0)
+		rc = add_chunk(q, &o, DS_CHUNK_REASONING);
+	if (rc == 0 && n > 0)
 		rc = add_chunk(q, &o, DS_CHUNK_TEXT);
 	free(text);
-	o.text = NULL;
-	o.n_text = 0;
+	free(think);
+	o.text = o.reasoning = NULL;
+	o.n_text = o.n_reasoning = 0;
 	if (rc == 0 && done)
 		rc = stream_end(q, &o, why, &st);
 	return rc;
@@ -500,7 +510,7 @@ static enum MHD_Result generate(rctx *q, enum ds_api_kind kind)
 	if (ds_api_parse(&q->req, kind, q->body ? q->body : "", q->n_body, &lim, &e) ||
 	    ds_eng_prompt(&s->eng, &q->req, &ids, &n, &think, &e))
 		return reply_err(q, &e);
-	rc = ds_job_submit(&s->eng, &q->req, ids, n, q->t0, &q->job, &e);
+	rc = ds_job_submit(&s->eng, &q->req, ids, n, think, q->t0, &q->job, &e);
 	free(ids);
 	if (rc)
 		return reply_err(q, &e);

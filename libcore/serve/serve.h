@@ -124,6 +124,9 @@ typedef struct ds_api_out {
 	const char *model;
 	const char *text;
 	size_t n_text;
+	const char *reasoning;      /* chat: the reasoning apart (reasoning_content),
+				       shown when n_reasoning > 0 */
+	size_t n_reasoning;
 	const char *finish;         /* "stop", "length"; NULL: not yet */
 	size_t prompt_tokens, completion_tokens;
 	const int32_t *tokens;      /* the answer's ids, stop ids excluded; */
@@ -138,6 +141,7 @@ char *ds_api_answer(const ds_api_out *o);
 enum ds_api_chunk {
 	DS_CHUNK_ROLE,              /* chat: delta {role, content ""} */
 	DS_CHUNK_TEXT,              /* text (delta.content) */
+	DS_CHUNK_REASONING,         /* chat: reasoning (delta.reasoning_content) */
 	DS_CHUNK_FINISH,            /* finish_reason, empty text/delta */
 	DS_CHUNK_USAGE,             /* choices [] and usage */
 };
@@ -214,6 +218,9 @@ typedef struct ds_srv_opts {
 	const char *chat_template;  /* a named template (chat.h) instead of
 				       the model's, or NULL */
 	const char *chat_template_file; /* a Jinja file instead, or NULL */
+	enum ds_reasoning reasoning;/* --reasoning-format (DS_REASON_AUTO:
+				       deepseek for templates that know
+				       <think>, else none) */
 	int hugepages;              /* forward.h ds_model_place */
 	const char *numa;           /* "interleave" | "node" | NULL */
 	int verbose;                /* log every request */

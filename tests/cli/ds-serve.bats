@@ -9,6 +9,8 @@
 # own parser (python3-prometheus-client) for /metrics, OpenAI's client
 # (npm "openai", pinned by scripts/fetch-openai.sh) for the API's shapes.
 
+bats_require_minimum_version 1.5.0
+
 PY=/usr/bin/python3
 
 setup_file() {
@@ -400,6 +402,47 @@ EOF
 	[ "$(j "$T/s" 'd["text"]')" = "$(j "$T/whole" 'd["choices"][0]["message"]["content"]')" ]
 	[ "$(j "$T/s" 'd["object"], d["first"]["delta"]["role"], d["finish"]')" = "('chat.completion.chunk', 'assistant', 'length')" ]
 	[ "$(j "$T/s" 'd["usage"]')" = "$(j "$T/whole" 'd["usage"]')" ]
+}
+
+@test "R1-style templates: the reasoning apart (reasoning_content), or inline with none" {
+	# a template that opens the block in its generation prompt, as R1's:
+	# the whole answer of this model (which never closes it) is reasoning
+	printf "{{ bos_token }}{%% for m in messages %%}<｜User｜>{{ m.content | trim }}{%% endfor %%}<｜Assistant｜><think>\n{%% if 0 %%}</think>{%% endif %%}" >"$T/r1.jinja"
+	start --chat-template-file "$T/r1.jinja"
+	B='"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 12, "temperature": 0, "ignore_eos": true'
+	post /v1/chat/completions "{$B, \"reasoning_format\": \"none\"}"
+	cp "$T/out" "$T/raw"
+	raw=$(j "$T/raw" 'd["choices"][0]["message"]["content"]')
+	[ -n "$raw" ]
+	[ "$(j "$T/raw" '"reasoning_content" in d["choices"][0]["message"]')" = False ]
+	post /v1/chat/completions "{$B}"
+	cp "$T/out" "$T/split"
+	[ "$(j "$T/split" 'd["choices"][0]["message"]["content"]')" = "" ]
+	[ "$(j "$T/split" 'd["choices"][0]["message"]["reasoning_content"]')" = \
+	  "$($PY -c 'import sys; print(sys.argv[1].strip(" \t\r\n"))' "$raw")" ]
+	# streamed: delta.reasoning_content, the same text
+	curl -sN -o "$T/sse" -d "{$B, \"stream\": true}" "$URL/v1/chat/completions"
+	run -0 $PY - "$T/sse" "$T/split" <<'EOF'
+import json, sys
+ev = [json.loads(e[6:]) for e in open(sys.argv[1]).read().split("\n\n")[:-2]]
+d = [c["choices"][0]["delta"] for c in ev if c["choices"]]
+r = "".join(x.get("reasoning_content", "") for x in d)
+c = "".join(x.get("content", "") for x in d)
+m = json.load(open(sys.argv[2]))["choices"][0]["message"]
+assert r == m["reasoning_content"] and c == "", (r, c, m)
+assert all(set(x) <= {"role", "content", "reasoning_content"} for x in d)
+print("ok")
+EOF
+	# --reasoning-format none: inline unless a request asks
+	start --chat-template-file "$T/r1.jinja" --reasoning-format none
+	post /v1/chat/completions "{$B}"
+	[ "$(j "$T/out" 'd["choices"][0]["message"]')" = "$(j "$T/raw" 'd["choices"][0]["message"]')" ]
+	post /v1/chat/completions "{$B, \"reasoning_format\": \"deepseek\"}"
+	[ "$(j "$T/out" 'd["choices"][0]["message"]')" = "$(j "$T/split" 'd["choices"][0]["message"]')" ]
+	# a template without <think>: nothing is split
+	start
+	post /v1/chat/completions "{$B}"
+	[ "$(j "$T/out" '"reasoning_content" in d["choices"][0]["message"]')" = False ]
 }
 
 @test "POST /tokenize and /detokenize (llama.cpp's shapes) agree with ds-tok" {

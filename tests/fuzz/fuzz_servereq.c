@@ -40,7 +40,11 @@ static void check_err(const ds_api_err *e)
 static void check_out(enum ds_api_kind kind, const char *text, size_t n)
 {
 	static const int32_t toks[3] = { 0, 7, 42 };
-	ds_api_out o = { kind, "cmpl-1", 1, "m", text, n, "stop", 3, 4, toks, 3, 1 };
+	ds_api_out o = { .kind = kind, .id = "cmpl-1", .created = 1, .model = "m",
+			 .text = text, .n_text = n, .reasoning = text,
+			 .n_reasoning = n, .finish = "stop", .prompt_tokens = 3,
+			 .completion_tokens = 4, .tokens = toks, .n_tokens = 3,
+			 .with_tokens = 1 };
 	json_t *raw = json_stringn(text, n), *j;
 	char *a = ds_api_answer(&o), *c;
 	size_t len, k;
@@ -55,6 +59,9 @@ static void check_out(enum ds_api_kind kind, const char *text, size_t n)
 			    : json_object_get(ch, "text");
 
 		FZ_CHECK(json_equal(t, raw));
+		if (kind == DS_API_CHAT && n > 0)
+			FZ_CHECK(json_equal(json_object_get(json_object_get(ch, "message"),
+							    "reasoning_content"), raw));
 	}
 	json_decref(j);
 	json_decref(raw);
