@@ -29,7 +29,8 @@ static void usage(FILE *f)
 		"              [--chat-template NAME | --chat-template-file FILE] [--perplexity]\n"
 		"              [--truncate] [--verify]\n"
 		"              [--mlock] [--no-populate] [--hugepages] [--numa MODE]\n"
-		"              [--cpus LIST] [--sched-fifo PRIO] [--cache-type TYPE] [--verbose]\n"
+		"              [--cpus LIST] [--sched-fifo PRIO] [--cache-type TYPE]\n"
+		"              [--cache-ram MIB] [--cache-dir DIR] [--verbose]\n"
 		"       ds-run -h | --version\n");
 }
 
@@ -39,6 +40,8 @@ enum out_mode { OUT_TEXT, OUT_IDS, OUT_JSONL };
 
 typedef struct opts {
 	const char *dir, *prompt, *file, *logits_out, *cpus, *chat_tmpl, *chat_file;
+	const char *cache_dir;
+	long cache_mib;
 	long n_predict;
 	uint32_t ctx_size, parallel;
 	int threads, sched_fifo;
@@ -53,13 +56,15 @@ typedef struct opts {
 } opts;
 
 enum {
-	O_CACHE = 256, O_CHAT, O_CHAT_TMPL, O_CHAT_FILE, O_CPUS, O_CTX, O_HUGE, O_IDS, O_JSONL,
+	O_CACHE = 256, O_CACHE_RAM, O_CACHE_DIR, O_CHAT, O_CHAT_TMPL, O_CHAT_FILE, O_CPUS, O_CTX, O_HUGE, O_IDS, O_JSONL,
 	O_LOGITS, O_MINP, O_MLOCK, O_NOPOP, O_NUMA, O_PAR, O_PPL, O_RLN, O_RP,
 	O_FIFO, O_SEED, O_STOP, O_TEMP, O_THREADS, O_TOPK, O_TOPP, O_TRUNC,
 	O_VERBOSE, O_VERIFY, O_VERSION,
 };
 
 static const struct option longopts[] = {
+	{ "cache-dir", required_argument, NULL, O_CACHE_DIR },
+	{ "cache-ram", required_argument, NULL, O_CACHE_RAM },
 	{ "cache-type", required_argument, NULL, O_CACHE },
 	{ "chat", no_argument, NULL, O_CHAT },
 	{ "chat-template", required_argument, NULL, O_CHAT_TMPL },
@@ -126,6 +131,7 @@ static int parse_word(opts *o, int c, char *a)
 	case 'p': o->prompt = a; return 0;
 	case O_CHAT_TMPL: o->chat_tmpl = a; return 0;
 	case O_CHAT_FILE: o->chat_file = a; return 0;
+	case O_CACHE_DIR: o->cache_dir = a; return 0;
 	case O_CPUS: o->cpus = a; return 0;
 	case O_LOGITS: o->logits_out = a; return 0;
 	}
@@ -141,6 +147,7 @@ static int parse_one(opts *o, int c, char *a)
 		return rc;
 	switch (c) {
 	case 'n': return ds_opt_long("-n", a, -1, 1L << 30, &o->n_predict);
+	case O_CACHE_RAM: return ds_opt_long("--cache-ram", a, 0, 1L << 30, &o->cache_mib);
 	case O_CTX: return ds_opt_u32("--ctx-size", a, 4, 1u << 24, &o->ctx_size);
 	case O_FIFO: return ds_opt_int("--sched-fifo", a, 1, 99, &o->sched_fifo);
 	case O_MINP: return ds_opt_float("--min-p", a, 0, 1, &sp->min_p);
@@ -181,6 +188,10 @@ static int check_args(const opts *o)
 		warnx("--chat-template and --chat-template-file exclude each other");
 		return 2;
 	}
+	if (o->cache_dir && o->cache_mib == 0) {
+		warnx("--cache-dir needs a prompt cache: --cache-ram 0 turns it off");
+		return 2;
+	}
 	if (o->perplexity && (o->chat || o->prompt || o->file || o->parallel > 1)) {
 		warnx("--perplexity reads ids from stdin alone");
 		return 2;
@@ -195,6 +206,7 @@ static int parse_args(opts *o, int argc, char **argv)
 
 	memset(o, 0, sizeof *o);
 	o->n_predict = -1;
+	o->cache_mib = -1;
 	o->parallel = 1;
 	o->kv_type = DS_KV_F16;
 	ds_sampler_defaults(&o->sp);
@@ -239,8 +251,16 @@ static void on_done(void *user, size_t index, enum ds_finish why,
 		    const ds_req_stats *st)
 {
 	(void)user;
-	warnx("request %zu: %zu prompt tokens, %zu generated, %s", index + 1,
-	      st->prompt_tokens, st->completion_tokens, ds_finish_name(why));
+	warnx("request %zu: %zu prompt tokens (%zu cached), %zu generated, %s",
+	      index + 1, st->prompt_tokens, st->cached_tokens,
+	      st->completion_tokens, ds_finish_name(why));
+}
+
+/* The session's warnings (prompt cache files ignored). */
+static void warn_line(void *user, const char *line)
+{
+	(void)user;
+	warnx("warning: %s", line);
 }
 
 /* The prompt against the context (ds_session_fit), with the way out. */
@@ -450,8 +470,18 @@ static void verbose_setup(const run *r)
 	warnx("kernels %s, %d threads, seed %llu", ds_kernels_name(),
 	      ds_pool_threads(s->pool), (unsigned long long)r->o->sp.seed);
 	warnx("loaded in %.3f s", s->t_load);
-	warnx("KV cache %s: %u slots x %u positions = %.1f MiB", ds_kvtype_name(s->kv.type),
-	      s->kv.n_slot, s->kv.n_ctx, s->kv.bytes / 1048576.0);
+	warnx("KV cache %s: %u slots x %u positions = %.1f MiB (%zu bytes a position)",
+	      ds_kvtype_name(s->kv.type), s->kv.n_slot, s->kv.n_ctx,
+	      s->kv.bytes / 1048576.0, ds_kvcache_span(&s->kv, 1));
+	if (s->pc) {
+		ds_pcache_stats ps;
+
+		ds_pcache_get_stats(s->pc, &ps);
+		warnx("prompt cache: %.1f MiB in blocks of %d positions; %zu blocks "
+		      "(%.1f MiB) read from --cache-dir, %zu files ignored",
+		      ps.max_bytes / 1048576.0, DS_PCACHE_BLOCK, ps.blocks,
+		      ps.bytes / 1048576.0, ps.ignored);
+	}
 	warnx("RSS %.1f MiB", ds_rss_mib());
 }
 
@@ -477,6 +507,7 @@ static int setup(run *r, ds_err *err)
 		.dir = o->dir, .threads = o->threads, .cpus = o->cpus, .load = o->load,
 		.ctx_size = o->ctx_size, .slots = o->parallel, .kv_type = o->kv_type,
 		.chat_template = o->chat_tmpl, .chat_template_file = o->chat_file,
+		.cache_mib = o->cache_mib, .cache_dir = o->cache_dir, .warn = warn_line,
 	};
 	ds_cpuset cpus;
 

@@ -36,6 +36,7 @@ static void usage(FILE *f)
 		"                [--max-body BYTES] [--timeout S] [--max-conns N] [--cpus LIST]\n"
 		"                [--chat-template NAME | --chat-template-file FILE]\n"
 		"                [--reasoning-format none|deepseek|auto]\n"
+		"                [--cache-ram MIB] [--cache-dir DIR]\n"
 		"                [--hugepages] [--numa MODE] [--verbose]\n",
 		prog);
 }
@@ -57,12 +58,14 @@ typedef struct opts {
 enum {
 	O_KEY = 256, O_KEYFILE, O_CPUS, O_CTX, O_HOST, O_HUGE, O_BODY, O_NUMA,
 	O_PAR, O_PORT, O_QUEUE, O_THREADS, O_TIMEOUT, O_VERBOSE, O_VERSION,
-	O_CONNS, O_CHAT_TMPL, O_CHAT_FILE, O_REASON,
+	O_CONNS, O_CHAT_TMPL, O_CHAT_FILE, O_REASON, O_CACHE_RAM, O_CACHE_DIR,
 };
 
 static const struct option longopts[] = {
 	{ "api-key", required_argument, NULL, O_KEY },
 	{ "api-key-file", required_argument, NULL, O_KEYFILE },
+	{ "cache-dir", required_argument, NULL, O_CACHE_DIR },
+	{ "cache-ram", required_argument, NULL, O_CACHE_RAM },
 	{ "chat-template", required_argument, NULL, O_CHAT_TMPL },
 	{ "chat-template-file", required_argument, NULL, O_CHAT_FILE },
 	{ "cpus", required_argument, NULL, O_CPUS },
@@ -109,6 +112,8 @@ static int parse_one(opts *o, int c, const char *a)
 	case O_CPUS: s->cpus = a; return 0;
 	case O_CHAT_TMPL: s->chat_template = a; return 0;
 	case O_CHAT_FILE: s->chat_template_file = a; return 0;
+	case O_CACHE_DIR: s->cache_dir = a; return 0;
+	case O_CACHE_RAM: rc = ds_opt_long("--cache-ram", a, 0, 1L << 30, &v); s->cache_mib = v; break;
 	case O_CTX: rc = ds_opt_long("--ctx-size", a, 4, 1L << 24, &v); s->ctx_size = (uint32_t)v; break;
 	case O_HOST: s->host = a; return 0;
 	case O_HUGE: s->hugepages = 1; return 0;
@@ -151,6 +156,10 @@ static int check_args(opts *o)
 		warnx("--chat-template and --chat-template-file exclude each other");
 		return 2;
 	}
+	if (o->so.cache_dir && o->so.cache_mib == 0) {
+		warnx("--cache-dir needs a prompt cache: --cache-ram 0 turns it off");
+		return 2;
+	}
 	if (o->so.api_key && !key_ok(o->so.api_key)) {
 		warnx("--api-key: printable ASCII without spaces, not empty");
 		return 2;
@@ -175,6 +184,7 @@ static int parse_args(opts *o, int argc, char **argv)
 	o->so.max_body = 1u << 20;
 	o->so.timeout_s = 60;
 	o->so.reasoning = DS_REASON_AUTO;
+	o->so.cache_mib = -1;
 	o->so.log = log_line;
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, ":hm:", longopts, NULL)) != -1) {

@@ -54,6 +54,7 @@
 
 #include "model/forward.h"
 #include "model/kvcache.h"
+#include "pcache.h"
 #include "sampler.h"
 #include "base/util.h"
 
@@ -78,6 +79,8 @@ typedef struct ds_req_stats {
 	double t_start;             /* took a slot */
 	double t_prompt;            /* the prompt's last logits were out */
 	double t_end;
+	size_t cached_tokens;       /* prompt positions not computed: taken
+				       from the prompt cache */
 } ds_req_stats;
 
 typedef struct ds_req_cb {
@@ -109,7 +112,30 @@ typedef struct ds_req {
 typedef struct ds_sched_opts {
 	uint32_t n_batch;           /* most entries per step; 0: the
 				       forward's max_batch */
+	ds_pcache *cache;           /* the prompt cache, or NULL (below) */
 } ds_sched_opts;
+
+/*
+ * The prompt cache.  With opts.cache a slot keeps what it held when its
+ * request ends, and a new request starts from the longest prefix of its
+ * prompt already computed (always computing its last prompt token, whose
+ * logits it samples from; from nothing when it asks for every prompt
+ * position's logits):
+ *   - a free slot whose kept tokens share the longest prefix with the
+ *     prompt is taken as it is;
+ *   - else whole blocks held in the cache are copied into the slot taken
+ *     (an empty one, else the one free longest, whose tokens are first
+ *     kept in the cache: they are stored when they would be lost);
+ *   - then the rows of any other slot (running or not) that holds more of
+ *     the prompt are copied;
+ *   - and while an older running request is still computing a longer
+ *     common prefix (DS_PCACHE_BLOCK positions or more), the new one waits
+ *     for it and copies its rows, instead of computing them beside it.
+ * Copied rows are the bytes computed for the same tokens at the same
+ * positions, so greedy answers are the same with and without the cache.
+ * ds_sched_free keeps every slot's tokens in the cache when it is saved to
+ * a directory.
+ */
 
 int ds_sched_init(ds_sched **s, ds_fwd *f, ds_kvcache *kv,
 		  const ds_sched_opts *opts, ds_err *err);

@@ -167,14 +167,81 @@ static int load_model(ds_session *s, const ds_session_opts *o, ds_err *err)
 	return rc;
 }
 
+int64_t ds_session_cache_default(void)
+{
+	long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+	int64_t quarter = pages > 0 && size > 0 ? (int64_t)pages / 4 * size >> 20 : 2048;
+
+	return quarter < 2048 ? quarter : 2048;
+}
+
+/* FNV-1a, 64 bits, from h. */
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+	const uint8_t *b = p;
+
+	while (n--) {
+		h ^= *b++;
+		h *= 0x100000001b3ull;
+	}
+	return h;
+}
+
+/* What a cache file must have been made for: this ds, the architecture
+ * and hyper-parameters, and every tensor's name, type, shape and CRC-32
+ * (so the same weights converted again are the same model). */
+static void model_identity(const ds_model *m, uint8_t id[16])
+{
+	uint64_t h[2] = { 0xcbf29ce484222325ull, 0x84222325cbf29ce4ull };
+	char *hp = json_dumps(json_object_get(m->meta, "hparams"),
+			      JSON_COMPACT | JSON_SORT_KEYS);
+	const char *arch = json_string_value(json_object_get(m->meta, "arch"));
+	size_t i, k;
+
+	for (k = 0; k < 2; k++) {
+		h[k] = fnv(h[k], DS_VERSION, strlen(DS_VERSION) + 1);
+		h[k] = fnv(h[k], arch ? arch : "", arch ? strlen(arch) + 1 : 1);
+		h[k] = fnv(h[k], hp ? hp : "", hp ? strlen(hp) + 1 : 1);
+		for (i = 0; i < m->n_tensors; i++) {
+			const ds_tensor *t = &m->tensors[i];
+
+			h[k] = fnv(h[k], t->name, strlen(t->name) + 1);
+			h[k] = fnv(h[k], &t->type, sizeof t->type);
+			h[k] = fnv(h[k], t->shape, sizeof t->shape);
+			h[k] = fnv(h[k], &t->crc32, sizeof t->crc32);
+		}
+	}
+	free(hp);
+	memcpy(id, h, 16);
+}
+
+/* The prompt cache, read from its directory. */
+static int open_pcache(ds_session *s, const ds_session_opts *o, ds_err *err)
+{
+	int64_t mib = o->cache_mib < 0 ? ds_session_cache_default() : o->cache_mib;
+	ds_pcache_opts po = {
+		.max_bytes = (size_t)mib << 20, .dir = o->cache_dir,
+		.n_vocab = s->n_vocab, .warn = o->warn, .user = o->warn_user,
+	};
+
+	if (mib == 0)
+		return 0;
+	model_identity(&s->m, po.model_id);
+	return ds_pcache_init(&s->pc, &s->kv, &po, err) ||
+	       ds_pcache_load(s->pc, err) ? -1 : 0;
+}
+
 int ds_session_open(ds_session *s, const ds_session_opts *o, ds_err *err)
 {
 	ds_pool_opts po = { .threads = o->threads, .cpus = o->cpus };
 	uint32_t slots = o->slots ? o->slots : 1, train;
 	ds_fwd_opts fo = { .max_batch = slots + 1 > 256 ? slots + 1 : 256 };
+	ds_sched_opts so = { .n_batch = 0 };
 
 	memset(s, 0, sizeof *s);
 	s->turn_end = -1;
+	s->warn_fn = o->warn;
+	s->warn_user = o->warn_user;
 	if (ds_pool_init(&s->pool, &po, err) || load_model(s, o, err) ||
 	    load_tokenizer(s, o, err))
 		return -1;
@@ -187,12 +254,20 @@ int ds_session_open(ds_session *s, const ds_session_opts *o, ds_err *err)
 	    ds_kvcache_init(&s->kv, &s->m.hp, slots, s->n_ctx, o->kv_type, err))
 		return -1;
 	s->have_kv = 1;
-	return ds_sched_init(&s->sched, s->fwd, &s->kv, NULL, err);
+	if (open_pcache(s, o, err))
+		return -1;
+	so.cache = s->pc;
+	return ds_sched_init(&s->sched, s->fwd, &s->kv, &so, err);
 }
 
 void ds_session_close(ds_session *s)
 {
-	ds_sched_free(s->sched);
+	ds_err err;
+
+	ds_sched_free(s->sched);    /* the slots' rows into the cache */
+	if (s->pc && ds_pcache_save(s->pc, &err) && s->warn_fn)
+		s->warn_fn(s->warn_user, err.msg);
+	ds_pcache_free(s->pc);
 	if (s->have_tmpl)
 		ds_chat_tpl_free(&s->tpl);
 	if (s->have_kv)

@@ -54,7 +54,17 @@ typedef struct ds_session_opts {
 	const char *chat_template;/* a template name that overrides the
 				     model's, or NULL */
 	const char *chat_template_file; /* a Jinja file that does, or NULL */
+	/* the prompt cache (pcache.h, sched.h) */
+	int64_t cache_mib;        /* its memory in MiB; < 0: the default
+				     (ds_session_cache_default), 0: none */
+	const char *cache_dir;    /* kept there across runs, or NULL */
+	/* warnings after the load (cache files ignored): one line each */
+	void (*warn)(void *user, const char *line);
+	void *warn_user;
 } ds_session_opts;
+
+/* The default prompt cache: 2048 MiB, at most a quarter of the memory. */
+int64_t ds_session_cache_default(void);
 
 #define DS_SESSION_CTX 4096
 #define DS_SESSION_MAX_STOPS (DS_MAX_EOS + 4)
@@ -65,6 +75,7 @@ typedef struct ds_session {
 	ds_pool *pool;
 	ds_fwd *fwd;
 	ds_kvcache kv;
+	ds_pcache *pc;            /* the prompt cache, or NULL */
 	ds_sched *sched;
 	ds_tok *tok;              /* NULL when not loaded */
 	uint32_t n_ctx, n_vocab;
@@ -83,12 +94,16 @@ typedef struct ds_session {
 	int32_t turn_end;         /* the template's end-of-turn id, or -1 */
 	/* what was opened, for ds_session_close */
 	int have_model, have_kv;
+	void (*warn_fn)(void *user, const char *line);  /* opts' warn */
+	void *warn_user;
 } ds_session;
 
 /* Open everything (a failure frees what was opened: close is still
  * safe).  The pool comes first, then the weights, the tokenizer, the
  * template and stops, the forward pass (batches of up to max(256,
- * slots + 1) entries), the cache and the scheduler. */
+ * slots + 1) entries), the KV cache, the prompt cache (read from its
+ * directory) and the scheduler.  Closing saves the prompt cache to its
+ * directory. */
 int ds_session_open(ds_session *s, const ds_session_opts *o, ds_err *err);
 void ds_session_close(ds_session *s);
 

@@ -534,10 +534,12 @@ static json_t *text_json(const ds_api_out *o)
 
 static json_t *usage_json(const ds_api_out *o)
 {
-	return json_pack("{s:I, s:I, s:I}", "prompt_tokens",
+	return json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens",
 			 (json_int_t)o->prompt_tokens, "completion_tokens",
 			 (json_int_t)o->completion_tokens, "total_tokens",
-			 (json_int_t)(o->prompt_tokens + o->completion_tokens));
+			 (json_int_t)(o->prompt_tokens + o->completion_tokens),
+			 "prompt_tokens_details", "cached_tokens",
+			 (json_int_t)o->cached_tokens);
 }
 
 /* {"id", "object", "created", "model"} */

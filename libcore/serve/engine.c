@@ -31,6 +31,12 @@ static void logf_(const ds_eng *e, const char *fmt, ...)
 
 /* ---- loading ------------------------------------------------------------------------ */
 
+/* The session's warnings (prompt cache files ignored). */
+static void warn_line(void *user, const char *line)
+{
+	logf_(user, "warning: %s", line);
+}
+
 static void *driver(void *arg)
 {
 	ds_eng *e = arg;
@@ -50,6 +56,8 @@ int ds_eng_load(ds_eng *e, const ds_srv_opts *o, ds_metrics *mt, ds_err *err)
 		.slots = o->parallel, .kv_type = DS_KV_F16, .tok = DS_SESS_TOK_NEED,
 		.tok_why = "ds-serve needs", .chat_template = o->chat_template,
 		.chat_template_file = o->chat_template_file,
+		.cache_mib = o->cache_mib, .cache_dir = o->cache_dir,
+		.warn = warn_line, .warn_user = e,
 	};
 
 	e->o = o;
@@ -284,8 +292,8 @@ static void cb_done(void *u, enum ds_finish why, const ds_req_stats *st)
 	j->why = why;
 	j->st = *st;
 	pthread_mutex_unlock(&j->mu);
-	ds_metrics_finish(e->metrics, why, j->n_prompt, st->completion_tokens,
-			  st->t_end - j->t_arrival, ttft);
+	ds_metrics_finish(e->metrics, why, j->n_prompt, st->cached_tokens,
+			  st->completion_tokens, st->t_end - j->t_arrival, ttft);
 	atomic_fetch_sub(&e->inflight, 1);
 	wake(j);
 	ds_job_release(j);

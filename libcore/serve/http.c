@@ -328,6 +328,7 @@ static enum MHD_Result answer_whole(rctx *q)
 	o.n_reasoning = j->n_think;
 	o.finish = ds_finish_name(why);
 	o.completion_tokens = st.completion_tokens;
+	o.cached_tokens = st.cached_tokens;
 	o.tokens = j->ids;
 	o.n_tokens = j->n_ids;
 	o.with_tokens = j->keep_ids;
@@ -380,6 +381,7 @@ static int stream_end(rctx *q, ds_api_out *o, enum ds_finish why,
 	} else {
 		o->finish = ds_finish_name(why);
 		o->completion_tokens = st->completion_tokens;
+		o->cached_tokens = st->cached_tokens;
 		rc = add_chunk(q, o, DS_CHUNK_FINISH);
 		if (rc == 0 && q->req.include_usage)
 			rc = add_chunk(q, o, DS_CHUNK_USAGE);
@@ -554,9 +556,18 @@ static enum MHD_Result models(rctx *q)
 static enum MHD_Result metrics(rctx *q)
 {
 	ds_srv *s = q->s;
-	ds_metrics_now g = { atomic_load(&s->ready), 0, 0, s->o.parallel, s->o.queue };
+	ds_metrics_now g = { .ready = atomic_load(&s->ready), .slots = s->o.parallel,
+			     .queue_limit = s->o.queue };
 
 	ds_eng_counts(&s->eng, &g.queued, &g.running);
+	if (g.ready && s->eng.s.pc != NULL) {
+		ds_pcache_stats ps;
+
+		ds_pcache_get_stats(s->eng.s.pc, &ps);
+		g.cache_bytes = ps.bytes;
+		g.cache_limit = ps.max_bytes;
+		g.cache_blocks = ps.blocks;
+	}
 	return reply(q, 200, "text/plain; version=0.0.4; charset=utf-8",
 		     ds_metrics_render(s->metrics, &g, ds_now_s()));
 }
@@ -1066,6 +1077,16 @@ int ds_srv_load(ds_srv *s, ds_err *err)
 	     ds_now_s() - t0, ds_arch_name(e->s.m.hp.arch), e->s.kv.n_slot, e->s.n_ctx,
 	     ds_pool_threads(e->s.pool), ds_kernels_name(),
 	     e->s.have_tmpl ? ds_chat_tpl_kind(&e->s.tpl) : "none");
+	if (e->s.pc != NULL) {
+		ds_pcache_stats ps;
+
+		ds_pcache_get_stats(e->s.pc, &ps);
+		slog(s, "prompt cache: %.0f MiB in blocks of %d positions (%zu bytes "
+		     "each)%s%s: %zu blocks read, %zu files ignored",
+		     ps.max_bytes / 1048576.0, DS_PCACHE_BLOCK, ps.block_bytes,
+		     s->o.cache_dir ? " in " : "", s->o.cache_dir ? s->o.cache_dir : "",
+		     ps.blocks, ps.ignored);
+	}
 	if (e->s.tpl_warn[0])
 		slog(s, "warning: %s", e->s.tpl_warn);
 	else if (!e->s.have_tmpl && strcmp(e->s.tpl_err, "the model names no chat "

@@ -129,6 +129,8 @@ typedef struct ds_api_out {
 	size_t n_reasoning;
 	const char *finish;         /* "stop", "length"; NULL: not yet */
 	size_t prompt_tokens, completion_tokens;
+	size_t cached_tokens;       /* of the prompt, from the prompt cache
+				       (usage.prompt_tokens_details) */
 	const int32_t *tokens;      /* the answer's ids, stop ids excluded; */
 	size_t n_tokens;            /* shown as choices[0].tokens when */
 	int with_tokens;            /* with_tokens (ds_api_answer) */
@@ -180,6 +182,7 @@ typedef struct ds_metrics_now {
 	int ready;                  /* the model is loaded */
 	size_t queued, running;     /* scheduler requests */
 	size_t slots, queue_limit;
+	size_t cache_bytes, cache_limit, cache_blocks; /* the prompt cache's */
 } ds_metrics_now;
 
 int ds_metrics_init(ds_metrics **m, ds_err *err);
@@ -188,10 +191,11 @@ void ds_metrics_free(ds_metrics *m);
 void ds_metrics_answer(ds_metrics *m, enum ds_ep ep, int status);
 /* n generated tokens at time now (seconds, ds_now_s). */
 void ds_metrics_tokens(ds_metrics *m, size_t n, double now);
-/* A generation ended: its counts, seconds from arrival to the end, and to
- * the first token (< 0: none was sampled). */
+/* A generation ended: its counts (prompt tokens, those of them taken
+ * from the prompt cache, generated), seconds from arrival to the end, and
+ * to the first token (< 0: none was sampled). */
 void ds_metrics_finish(ds_metrics *m, enum ds_finish why, size_t prompt,
-		       size_t gen, double latency, double ttft);
+		       size_t cached, size_t gen, double latency, double ttft);
 /* Prometheus text exposition format 0.0.4; malloc'd. */
 char *ds_metrics_render(ds_metrics *m, const ds_metrics_now *g, double now);
 
@@ -218,6 +222,9 @@ typedef struct ds_srv_opts {
 	const char *chat_template;  /* a named template (chat.h) instead of
 				       the model's, or NULL */
 	const char *chat_template_file; /* a Jinja file instead, or NULL */
+	int64_t cache_mib;          /* the prompt cache (--cache-ram): < 0
+				       the default, 0 none */
+	const char *cache_dir;      /* kept there across restarts, or NULL */
 	enum ds_reasoning reasoning;/* --reasoning-format (DS_REASON_AUTO:
 				       deepseek for templates that know
 				       <think>, else none) */

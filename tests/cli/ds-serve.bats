@@ -401,7 +401,11 @@ EOF
 	sse "$T/sse" >"$T/s"
 	[ "$(j "$T/s" 'd["text"]')" = "$(j "$T/whole" 'd["choices"][0]["message"]["content"]')" ]
 	[ "$(j "$T/s" 'd["object"], d["first"]["delta"]["role"], d["finish"]')" = "('chat.completion.chunk', 'assistant', 'length')" ]
-	[ "$(j "$T/s" 'd["usage"]')" = "$(j "$T/whole" 'd["usage"]')" ]
+	# the same counts; the stream's prompt came second, from the cache
+	[ "$(j "$T/s" '{k: v for k, v in d["usage"].items() if k != "prompt_tokens_details"}')" = \
+	  "$(j "$T/whole" '{k: v for k, v in d["usage"].items() if k != "prompt_tokens_details"}')" ]
+	[ "$(j "$T/s" 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')" = \
+	  "$(( $(j "$T/whole" 'd["usage"]["prompt_tokens"]') - 1 ))" ]
 }
 
 @test "R1-style templates: the reasoning apart (reasoning_content), or inline with none" {
@@ -505,6 +509,88 @@ EOF
 	[ "${lines[3]}" = "3.0 3.0 3.0" ]
 	[ "${lines[4]}" = "2.0 0.0 0.0 1.0" ]
 	[ "${lines[5]}" = True ]
+}
+
+# ---- the prompt cache ---------------------------------------------------------------
+
+# turn BODY_FILE: a greedy chat turn; its answer's text, prompt and cached
+# token counts in $T/turn.json
+turn() {
+	post /v1/chat/completions "$(cat "$1")"
+	[ "$CODE" = 200 ] || { cat "$T/out"; return 1; }
+	cp "$T/out" "$T/turn.json"
+}
+
+@test "prompt cache: the next turn starts from the last; answers as without it; /metrics counts it" {
+	local k
+	for k in cached plain; do
+		if [ $k = cached ]; then start --parallel 2; else start --parallel 2 --cache-ram 0; fi
+		printf '{"messages": [{"role": "user", "content": "Hi there"}], "max_tokens": 16, "temperature": 0}' >"$T/b1"
+		turn "$T/b1"
+		cp "$T/turn.json" "$T/$k.1"
+		a1=$(j "$T/turn.json" 'd["choices"][0]["message"]["content"]')
+		$PY - "$a1" >"$T/b2" <<'EOF'
+import json, sys
+print(json.dumps({"messages": [{"role": "user", "content": "Hi there"},
+    {"role": "assistant", "content": sys.argv[1]}, {"role": "user", "content": "And?"}],
+    "max_tokens": 16, "temperature": 0}))
+EOF
+		turn "$T/b2"
+		cp "$T/turn.json" "$T/$k.2"
+		[ $k = cached ] && metric ds_prompt_cache_hits_total >"$T/hits" &&
+			metric ds_prompt_cache_tokens_total >"$T/saved"
+		kill -TERM "$PID"
+		wait "$PID"
+	done
+	for n in 1 2; do
+		[ "$(j "$T/cached.$n" 'd["choices"][0]["message"]')" = "$(j "$T/plain.$n" 'd["choices"][0]["message"]')" ]
+		[ "$(j "$T/plain.$n" 'd["usage"]["prompt_tokens_details"]')" = "{'cached_tokens': 0}" ]
+	done
+	[ "$(j "$T/cached.1" 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')" = 0 ]
+	p1=$(j "$T/cached.1" 'd["usage"]["prompt_tokens"]')
+	c2=$(j "$T/cached.2" 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')
+	# all of turn 1's prompt at least, kept in its slot
+	[ "$c2" -ge "$p1" ]
+	[ "$(cat "$T/hits")" = 1 ]
+	[ "$(cat "$T/saved")" = "$c2" ]
+}
+
+# the depth of a cache file (its header's)
+depth() {
+	$PY -c 'import struct, sys; print(struct.unpack_from("<I", open(sys.argv[1], "rb").read(), 60)[0])' "$1"
+}
+
+@test "--cache-dir: the cache outlives a restart; damaged and foreign files are ignored with a warning" {
+	mkdir "$T/cd"
+	ids=$(seq 3 102 | tr '\n' ',' | sed 's/,$//')
+	start --cache-dir "$T/cd"
+	post /v1/completions "{\"prompt\": [$ids], \"max_tokens\": 4, \"temperature\": 0}"
+	[ "$CODE" = 200 ]
+	kill -TERM "$PID"
+	wait "$PID"
+	# 100 prompt positions and 3 generated: six blocks of 16, a file each
+	[ "$(ls "$T/cd" | grep -c '^[0-9a-f]\{16\}\.dskv$')" = 6 ]
+	for f in "$T"/cd/*.dskv; do
+		[ "$(depth "$f")" = 5 ] && last=$f
+	done
+	printf '\1' | dd of="$last" bs=1 seek=200 conv=notrunc 2>/dev/null
+	printf 'not a cache file, though long enough to hold a header: %0128d' 0 >"$T/cd/ffffffffffffffff.dskv"
+	start --cache-dir "$T/cd"
+	grep -q "warning: --cache-dir $T/cd: $(basename "$last"): its token ids' CRC-32 does not match: ignored" "$LOG"
+	grep -q "warning: --cache-dir $T/cd: ffffffffffffffff.dskv: not a ds prompt cache file: ignored" "$LOG"
+	post /v1/completions "{\"prompt\": [$ids, 7, 8], \"max_tokens\": 6, \"temperature\": 0}"
+	cp "$T/out" "$T/warm"
+	# five good blocks: 80 positions
+	[ "$(j "$T/warm" 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')" = 80 ]
+	start --cache-ram 0
+	post /v1/completions "{\"prompt\": [$ids, 7, 8], \"max_tokens\": 6, \"temperature\": 0}"
+	[ "$(j "$T/warm" 'd["choices"][0]["text"]')" = "$(j "$T/out" 'd["choices"][0]["text"]')" ]
+	run "$DS_BIN/ds-serve" -m "$F/m" --cache-dir "$T/cd" --cache-ram 0
+	[ "$status" -eq 2 ]
+	touch "$T/notadir"
+	run "$DS_BIN/ds-serve" -m "$F/m" --port 0 --cache-dir "$T/notadir"
+	[ "$status" -eq 1 ]
+	[[ "${lines[-1]}" == "ds-serve: --cache-dir $T/notadir: "* ]]
 }
 
 # ---- errors -----------------------------------------------------------------------

@@ -645,7 +645,9 @@ static int well_formed(const char *page)
 static void test_metrics(void)
 {
 	ds_metrics *m;
-	ds_metrics_now g = { 1, 3, 2, 4, 64 };
+	ds_metrics_now g = { .ready = 1, .queued = 3, .running = 2, .slots = 4,
+			     .queue_limit = 64, .cache_bytes = 4096,
+			     .cache_limit = 1 << 20, .cache_blocks = 2 };
 	double now = 1000.0, lat[5], sum = 0;
 	char *page;
 	size_t i, gen = 0;
@@ -656,8 +658,10 @@ static void test_metrics(void)
 		lat[i] = (double)(t_rand(&seed) % 20000) / 1000.0;
 		sum += lat[i];
 		gen += i + 1;
+		/* the first and third took 4 and 6 of their 10 from the cache */
 		ds_metrics_finish(m, i < 3 ? DS_FINISH_STOP : DS_FINISH_CANCEL, 10,
-				  i + 1, lat[i], i == 4 ? -1 : lat[i] / 10);
+				  i == 0 ? 4 : i == 2 ? 6 : 0, i + 1, lat[i],
+				  i == 4 ? -1 : lat[i] / 10);
 		ds_metrics_answer(m, DS_EP_COMPLETIONS, 200);
 	}
 	ds_metrics_answer(m, DS_EP_CHAT, 400);
@@ -681,6 +685,11 @@ static void test_metrics(void)
 	T_CHECK(sample(page, "ds_generations_total{finish_reason=\"stop\"}") == 3);
 	T_CHECK(sample(page, "ds_generations_total{finish_reason=\"cancelled\"}") == 2);
 	T_CHECK(sample(page, "ds_prompt_tokens_total") == 50);
+	T_CHECK(sample(page, "ds_prompt_cache_hits_total") == 2);
+	T_CHECK(sample(page, "ds_prompt_cache_tokens_total") == 10);
+	T_CHECK(sample(page, "ds_prompt_cache_bytes") == 4096);
+	T_CHECK(sample(page, "ds_prompt_cache_limit_bytes") == 1 << 20);
+	T_CHECK(sample(page, "ds_prompt_cache_blocks") == 2);
 	T_CHECK(sample(page, "ds_generated_tokens_total") == (double)gen);
 	T_CHECK(sample(page, "ds_queue_depth") == 3 && sample(page, "ds_active_slots") == 2);
 	T_CHECK(sample(page, "ds_slots") == 4 && sample(page, "ds_queue_limit") == 64);
