@@ -557,6 +557,17 @@ static char *dump(json_t *j)
 	return s;
 }
 
+/* choices[0].tokens: the ids of the answer, or of a chunk's text. */
+static void add_tokens(json_t *choice, const ds_api_out *o)
+{
+	json_t *t = json_array();
+	size_t i;
+
+	for (i = 0; t && i < o->n_tokens; i++)
+		json_array_append_new(t, json_integer(o->tokens[i]));
+	json_object_set_new(choice, "tokens", t);
+}
+
 char *ds_api_answer(const ds_api_out *o)
 {
 	int chat = o->kind == DS_API_CHAT;
@@ -576,14 +587,8 @@ char *ds_api_answer(const ds_api_out *o)
 		choice = json_pack("{s:i, s:o, s:n, s:s?}", "index", 0, "text",
 				   text_json(o), "logprobs", "finish_reason",
 				   o->finish);
-	if (choice && o->with_tokens) {
-		json_t *t = json_array();
-		size_t i;
-
-		for (i = 0; t && i < o->n_tokens; i++)
-			json_array_append_new(t, json_integer(o->tokens[i]));
-		json_object_set_new(choice, "tokens", t);
-	}
+	if (choice && o->with_tokens)
+		add_tokens(choice, o);
 	if (j == NULL || choice == NULL ||
 	    json_object_set_new(j, "choices", json_pack("[o]", choice)) ||
 	    json_object_set_new(j, "usage", usage_json(o))) {
@@ -633,9 +638,13 @@ char *ds_api_chunk(const ds_api_out *o, enum ds_api_chunk what, size_t *len)
 	if (what == DS_CHUNK_USAGE)
 		rc = json_object_set_new(j, "choices", json_array()) ||
 		     json_object_set_new(j, "usage", usage_json(o));
-	else
-		rc = json_object_set_new(j, "choices",
-					 json_pack("[o]", chunk_choice(o, what)));
+	else {
+		json_t *c = chunk_choice(o, what);
+
+		if (c && what == DS_CHUNK_TEXT && o->with_tokens)
+			add_tokens(c, o);
+		rc = json_object_set_new(j, "choices", json_pack("[o]", c));
+	}
 	if (rc) {
 		json_decref(j);
 		return NULL;

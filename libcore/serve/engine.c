@@ -260,7 +260,8 @@ static int cb_token(void *u, int32_t t)
 		stop = 1;
 	}
 	ds_metrics_tokens(j->eng->metrics, 1, ds_now_s());
-	if (shown(j, t, 0))
+	/* a stream with return_tokens sends each id at once, text or not */
+	if (shown(j, t, 0) || (j->keep_ids && j->stream))
 		wake(j);
 	return stop;
 }
@@ -340,7 +341,7 @@ static ds_job *job_new(ds_eng *e, const ds_api_req *r, size_t n, int think,
 	j->refs = 2;                /* the connection's and the scheduler's */
 	j->eng = e;
 	j->stream = r->stream;
-	j->keep_ids = r->return_tokens && !r->stream;
+	j->keep_ids = r->return_tokens;
 	j->t_arrival = t_arrival;
 	j->n_prompt = n;
 	j->split = splits(e, r);

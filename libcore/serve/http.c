@@ -395,7 +395,8 @@ static int stream_fill(rctx *q)
 {
 	ds_job *j = q->job;
 	char *text, *think;
-	size_t n, nt;
+	int32_t *ids;
+	size_t n, nt, ni;
 	int done;
 	enum ds_finish why;
 	ds_req_stats st;
@@ -413,8 +414,12 @@ static int stream_fill(rctx *q)
 	n = j->n_text;
 	think = j->think;
 	nt = j->n_think;
+	ids = j->ids;
+	ni = j->n_ids;
 	j->text = j->think = NULL;
+	j->ids = NULL;
 	j->n_text = j->cap_text = j->n_think = j->cap_think = 0;
+	j->n_ids = j->cap_ids = 0;
 	done = j->done;
 	why = j->why;
 	st = j->st;
@@ -426,10 +431,17 @@ static int stream_fill(rctx *q)
 	/* the reasoning came first */
 	if (nt > 0)
 		rc = add_chunk(q, &o, DS_CHUNK_REASONING);
-	if (rc == 0 && n > 0)
+	o.tokens = ids;
+	o.n_tokens = ni;
+	o.with_tokens = j->keep_ids;
+	if (rc == 0 && (n > 0 || ni > 0))
 		rc = add_chunk(q, &o, DS_CHUNK_TEXT);
+	o.with_tokens = 0;
+	o.tokens = NULL;
+	o.n_tokens = 0;
 	free(text);
 	free(think);
+	free(ids);
 	o.text = o.reasoning = NULL;
 	o.n_text = o.n_reasoning = 0;
 	if (rc == 0 && done)

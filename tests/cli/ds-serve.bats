@@ -408,6 +408,24 @@ EOF
 	  "$(( $(j "$T/whole" 'd["usage"]["prompt_tokens"]') - 1 ))" ]
 }
 
+@test "return_tokens in a stream: each chunk's ids, together the answer's" {
+	start
+	B='"prompt": "Stream ids", "max_tokens": 20, "temperature": 0, "ignore_eos": true, "return_tokens": true'
+	post /v1/completions "{$B}"
+	cp "$T/out" "$T/whole"
+	curl -sN -o "$T/sse" -d "{$B, \"stream\": true}" "$URL/v1/completions"
+	run -0 $PY - "$T/sse" "$T/whole" <<'EOF'
+import json, sys
+ev = [json.loads(e[6:]) for e in open(sys.argv[1]).read().split("\n\n")[:-2]]
+ids = [t for c in ev for ch in c["choices"] for t in ch.get("tokens", [])]
+text = "".join(ch["text"] for c in ev for ch in c["choices"])
+w = json.load(open(sys.argv[2]))["choices"][0]
+assert ids == w["tokens"] and len(ids) == 20, (ids, w["tokens"])
+assert text == w["text"]
+print("ok")
+EOF
+}
+
 @test "R1-style templates: the reasoning apart (reasoning_content), or inline with none" {
 	# a template that opens the block in its generation prompt, as R1's:
 	# the whole answer of this model (which never closes it) is reasoning
