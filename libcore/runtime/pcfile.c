@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -282,6 +283,25 @@ static int cmp_file(const void *a, const void *b)
 	       x->mtime.tv_nsec < y->mtime.tv_nsec;
 }
 
+/* "<name>.dskv.tmp-<pid>" of a process that is gone (killed while it
+ * saved): removed. */
+static void drop_stale_tmp(const ds_pcache *pc, const char *name)
+{
+	const char *t = strstr(name, ".dskv.tmp-");
+	char path[4200], *end;
+	long pid;
+
+	if (t == NULL || t - name != 16)
+		return;
+	pid = strtol(t + 10, &end, 10);
+	if (*end != '\0' || pid <= 0)
+		return;
+	if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+		return;             /* its writer may still be at it */
+	snprintf(path, sizeof path, "%s/%s", pc->dir, name);
+	unlink(path);
+}
+
 /* The directory's block files, their headers checked. */
 static int list_files(ds_pcache *pc, pfile **out, size_t *n, ds_err *err)
 {
@@ -299,8 +319,10 @@ static int list_files(ds_pcache *pc, pfile **out, size_t *n, ds_err *err)
 		int fd;
 
 		memset(&f, 0, sizeof f);
-		if (name_key(de->d_name, &f.key))
-			continue;           /* not ours to read (temporaries too) */
+		if (name_key(de->d_name, &f.key)) {
+			drop_stale_tmp(pc, de->d_name);
+			continue;           /* not ours to read */
+		}
 		snprintf(f.name, sizeof f.name, "%s", de->d_name);
 		if ((fd = open_checked(pc, f.name, &h, &f)) < 0)
 			continue;

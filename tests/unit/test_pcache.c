@@ -293,6 +293,16 @@ static void test_files(void)
 		T_CHECK(warned_of("0123456789abcdef.dskv: not a regular file"));
 		T_CHECK(!warned_of("notes.txt"));
 		ds_pcache_free(pc);
+		/* a temporary of a writer that is gone goes; a live one's stays */
+		snprintf(cmd, sizeof cmd, "%s/0123456789abcdef.dskv.tmp-999999999", dir);
+		fclose(fopen(cmd, "w"));
+		snprintf(cmd, sizeof cmd, "%s/0123456789abcdef.dskv.tmp-%d", dir, (int)getpid());
+		fclose(fopen(cmd, "w"));
+		pc = open_pc(&kv, 100, dir, 1, 1000);
+		T_CHECK(access(cmd, F_OK) == 0);
+		snprintf(cmd, sizeof cmd, "%s/0123456789abcdef.dskv.tmp-999999999", dir);
+		T_CHECK(access(cmd, F_OK) != 0);
+		ds_pcache_free(pc);
 	}
 	ds_kvcache_free(&kv);
 	ds_kvcache_free(&kq);
