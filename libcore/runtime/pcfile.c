@@ -323,7 +323,7 @@ static int list_files(ds_pcache *pc, pfile **out, size_t *n, ds_err *err)
 			drop_stale_tmp(pc, de->d_name);
 			continue;           /* not ours to read */
 		}
-		snprintf(f.name, sizeof f.name, "%s", de->d_name);
+		memcpy(f.name, de->d_name, 22);   /* name_key: 21 bytes and NUL */
 		if ((fd = open_checked(pc, f.name, &h, &f)) < 0)
 			continue;
 		close(fd);
