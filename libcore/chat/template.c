@@ -305,8 +305,13 @@ int ds_chat_tpl_extract(const char *dir, json_t **out, ds_err *err)
 	int absent, rc = -1;
 
 	*out = NULL;
+	if (named == NULL || cpath == NULL) {
+		cfg = NULL;
+		ds_errf(err, "out of memory");
+		goto done;
+	}
 	cfg = read_json(dir, "tokenizer_config.json", &absent, err);
-	if ((cfg == NULL && !absent) || named == NULL || cpath == NULL)
+	if (cfg == NULL && !absent)
 		goto done;
 	map = read_json(dir, "special_tokens_map.json", &absent, err);
 	if (map == NULL && !absent)
