@@ -348,7 +348,8 @@ int ds_pcache_load(ds_pcache *pc, ds_err *err)
 		free(f);
 		return -1;
 	}
-	qsort(f, n, sizeof *f, cmp_file);
+	if (n > 1)
+		qsort(f, n, sizeof *f, cmp_file);
 	for (i = 0; i < n && pc->n_live < pc->max_blocks; i++)
 		load_one(pc, &f[i]);
 	free(f);
