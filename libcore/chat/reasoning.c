@@ -98,7 +98,7 @@ static int step_start(ds_reason *r)
 
 	if (k < N_OPEN && memcmp(r->hold + p, OPEN, k) == 0)
 		return 0;
-	if (memcmp(r->hold + p, OPEN, N_OPEN) == 0) {
+	if (k >= N_OPEN && memcmp(r->hold + p, OPEN, N_OPEN) == 0) {
 		consume(r, p + N_OPEN);
 		r->state = R_THINK;
 		return 1;
