@@ -28,9 +28,11 @@ static void usage(FILE *f)
 		"              [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]\n"
 		"              [--repeat-last-n N] [--seed S] [--stop STR ...] [--ids | --jsonl]\n"
 		"              [--logits-out FILE] [--parallel N] [-p TEXT | -f FILE] [--chat]\n"
-		"              [--chat-template NAME] [--perplexity] [--truncate] [--verify]\n"
+		"              [--chat-template NAME | --chat-template-file FILE] [--perplexity]\n"
+		"              [--truncate] [--verify]\n"
 		"              [--mlock] [--no-populate] [--hugepages] [--numa MODE]\n"
-		"              [--cpus LIST] [--sched-fifo PRIO] [--cache-type TYPE] [--verbose]\n"
+		"              [--cpus LIST] [--sched-fifo PRIO] [--cache-type TYPE]\n"
+		"              [--cache-ram MIB] [--cache-dir DIR] [--verbose]\n"
 		"              [--spec mtp|ngram|draft] [--spec-k K] [--draft DIR]\n"
 		"              [--mpi [--mpi-timeout S]]\n"
 		"       ds-run -h | --version\n");
@@ -41,7 +43,9 @@ static void usage(FILE *f)
 enum out_mode { OUT_TEXT, OUT_IDS, OUT_JSONL };
 
 typedef struct opts {
-	const char *dir, *prompt, *file, *logits_out, *cpus, *chat_tmpl, *draft;
+	const char *dir, *prompt, *file, *logits_out, *cpus, *chat_tmpl, *chat_file;
+	const char *cache_dir, *draft;
+	long cache_mib;
 	long n_predict;
 	uint32_t ctx_size, parallel;
 	int threads, sched_fifo;
@@ -60,7 +64,7 @@ typedef struct opts {
 } opts;
 
 enum {
-	O_CACHE = 256, O_CHAT, O_CHAT_TMPL, O_CPUS, O_CTX, O_HUGE, O_IDS, O_JSONL,
+	O_CACHE = 256, O_CACHE_RAM, O_CACHE_DIR, O_CHAT, O_CHAT_TMPL, O_CHAT_FILE, O_CPUS, O_CTX, O_HUGE, O_IDS, O_JSONL,
 	O_LOGITS, O_MINP, O_MLOCK, O_NOPOP, O_NUMA, O_PAR, O_PPL, O_RLN, O_RP,
 	O_FIFO, O_SEED, O_STOP, O_TEMP, O_THREADS, O_TOPK, O_TOPP, O_TRUNC,
 	O_VERBOSE, O_VERIFY, O_VERSION, O_MPI, O_MPI_TIMEOUT, O_SPEC, O_SPEC_K,
@@ -68,9 +72,12 @@ enum {
 };
 
 static const struct option longopts[] = {
+	{ "cache-dir", required_argument, NULL, O_CACHE_DIR },
+	{ "cache-ram", required_argument, NULL, O_CACHE_RAM },
 	{ "cache-type", required_argument, NULL, O_CACHE },
 	{ "chat", no_argument, NULL, O_CHAT },
 	{ "chat-template", required_argument, NULL, O_CHAT_TMPL },
+	{ "chat-template-file", required_argument, NULL, O_CHAT_FILE },
 	{ "cpus", required_argument, NULL, O_CPUS },
 	{ "ctx-size", required_argument, NULL, O_CTX },
 	{ "draft", required_argument, NULL, O_DRAFT },
@@ -141,6 +148,8 @@ static int parse_word(opts *o, int c, char *a)
 	case 'm': o->dir = a; return 0;
 	case 'p': o->prompt = a; return 0;
 	case O_CHAT_TMPL: o->chat_tmpl = a; return 0;
+	case O_CHAT_FILE: o->chat_file = a; return 0;
+	case O_CACHE_DIR: o->cache_dir = a; return 0;
 	case O_CPUS: o->cpus = a; return 0;
 	case O_LOGITS: o->logits_out = a; return 0;
 	}
@@ -156,6 +165,7 @@ static int parse_one(opts *o, int c, char *a)
 		return rc;
 	switch (c) {
 	case 'n': return ds_opt_long("-n", a, -1, 1L << 30, &o->n_predict);
+	case O_CACHE_RAM: return ds_opt_long("--cache-ram", a, 0, 1L << 30, &o->cache_mib);
 	case O_CTX: return ds_opt_u32("--ctx-size", a, 4, 1u << 24, &o->ctx_size);
 	case O_FIFO: return ds_opt_int("--sched-fifo", a, 1, 99, &o->sched_fifo);
 	case O_MINP: return ds_opt_float("--min-p", a, 0, 1, &sp->min_p);
@@ -195,6 +205,14 @@ static int check_args(const opts *o)
 		warnx("-p and -f exclude each other");
 		return 2;
 	}
+	if (o->chat_tmpl && o->chat_file) {
+		warnx("--chat-template and --chat-template-file exclude each other");
+		return 2;
+	}
+	if (o->cache_dir && o->cache_mib == 0) {
+		warnx("--cache-dir needs a prompt cache: --cache-ram 0 turns it off");
+		return 2;
+	}
 	if (o->perplexity && (o->chat || o->prompt || o->file || o->parallel > 1 ||
 			      o->spec)) {
 		warnx("--perplexity reads ids from stdin alone");
@@ -222,6 +240,7 @@ static int parse_args(opts *o, int argc, char **argv)
 
 	memset(o, 0, sizeof *o);
 	o->n_predict = -1;
+	o->cache_mib = -1;
 	o->parallel = 1;
 	o->kv_type = DS_KV_F16;
 	ds_sampler_defaults(&o->sp);
@@ -267,8 +286,16 @@ static void on_done(void *user, size_t index, enum ds_finish why,
 		    const ds_req_stats *st)
 {
 	(void)user;
-	warnx("request %zu: %zu prompt tokens, %zu generated, %s", index + 1,
-	      st->prompt_tokens, st->completion_tokens, ds_finish_name(why));
+	warnx("request %zu: %zu prompt tokens (%zu cached), %zu generated, %s",
+	      index + 1, st->prompt_tokens, st->cached_tokens,
+	      st->completion_tokens, ds_finish_name(why));
+}
+
+/* The session's warnings (prompt cache files ignored). */
+static void warn_line(void *user, const char *line)
+{
+	(void)user;
+	warnx("warning: %s", line);
 }
 
 /* The prompt against the context (ds_session_fit), with the way out. */
@@ -286,15 +313,31 @@ static int fit(run *r, ds_tok_ids *ids, ds_err *err)
 
 /* ---- input ------------------------------------------------------------------------------ */
 
+/* One user message; NULL when out of memory or the text is not UTF-8. */
+static json_t *user_msg(const char *text, ds_err *err)
+{
+	json_t *m = json_pack("{s:s, s:s}", "role", "user", "content", text);
+
+	if (m == NULL)
+		ds_errf(err, "not valid UTF-8 (a chat message must be)");
+	return m;
+}
+
 /* A text as the model reads it: a chat turn in the template, or plain. */
 static int add_text(run *r, const char *text, size_t line, ds_err *err)
 {
-	ds_chat_msg msg = { .role = "user", .content = text };
-	ds_tok_ids ids;
+	json_t *conv = NULL, *m;
+	ds_tok_ids ids = { 0 };
+	int rc;
 
-	if ((r->o->chat ? ds_session_chat(&r->s, &msg, 1, &ids, err)
-			: ds_session_encode(&r->s, text, &ids, err)) ||
-	    fit(r, &ids, err)) {
+	if (r->o->chat && ((m = user_msg(text, err)) == NULL ||
+			   (conv = json_pack("[o]", m)) == NULL))
+		rc = -1;
+	else
+		rc = r->o->chat ? ds_session_chat(&r->s, conv, NULL, &ids, NULL, err)
+				: ds_session_encode(&r->s, text, &ids, err);
+	json_decref(conv);
+	if (rc || fit(r, &ids, err)) {
 		ds_tok_ids_free(&ids);
 		return ds_err_prefix(err, "line %zu", line);
 	}
@@ -370,50 +413,51 @@ static int prompt_request(run *r, ds_err *err)
 /* ---- an interactive chat (stdin a terminal) ------------------------------------------------- */
 
 /* One turn: the conversation so far, answered; the answer joins it. */
-static int chat_turn(run *r, ds_chat_msg *msgs, size_t *n, ds_err *err)
+static int chat_turn(run *r, json_t *conv, ds_err *err)
 {
 	ds_tok_ids ids;
+	json_t *a;
 
-	if (ds_session_chat(&r->s, msgs, *n, &ids, err) || fit(r, &ids, err)) {
+	if (ds_session_chat(&r->s, conv, NULL, &ids, NULL, err) || fit(r, &ids, err)) {
 		ds_tok_ids_free(&ids);
 		return -1;
 	}
 	if (ds_runner_add(&r->rn, &ids, err) || ds_runner_run(&r->rn, err))
 		return -1;
-	msgs[*n].role = "assistant";
-	msgs[*n].content = r->rn.last ? r->rn.last : strdup("");
+	/* the answer as shown (text a model makes may not be UTF-8) */
+	a = ds_json_text(r->rn.last ? r->rn.last : "", r->rn.last ? r->rn.n_last : 0);
+	free(r->rn.last);
 	r->rn.last = NULL;
-	if (msgs[(*n)++].content == NULL)
+	if (a == NULL || json_array_append_new(conv, json_pack("{s:s, s:o}", "role",
+							       "assistant", "content", a)))
 		return ds_errf(err, "out of memory");
 	return 0;
 }
 
 static int chat_loop(run *r, ds_err *err)
 {
-	ds_chat_msg *msgs = NULL;
-	size_t n = 0, cap = 0, len, lcap = 0, i;
+	json_t *conv = json_array(), *m;
+	size_t len, lcap = 0;
 	char *line = NULL;
-	int rc = 0;
+	int rc = conv ? 0 : ds_errf(err, "out of memory");
 
-	for (;;) {
+	while (rc == 0) {
 		fputs("> ", stderr);
 		fflush(stderr);
 		if (!read_line(stdin, &line, &lcap, &len))
 			break;
 		if (len == 0)
 			continue;
-		if (ds_grow((void **)&msgs, &cap, n + 2, sizeof *msgs) ||
-		    (msgs[n].content = strdup(line)) == NULL) {
-			rc = ds_errf(err, "out of memory");
-			break;
+		if ((m = user_msg(line, err)) == NULL) {
+			warnx("%s", err->msg);
+			continue;
 		}
-		msgs[n++].role = "user";
-		if ((rc = chat_turn(r, msgs, &n, err)) != 0)
-			break;
+		if (json_array_append_new(conv, m))
+			rc = ds_errf(err, "out of memory");
+		else
+			rc = chat_turn(r, conv, err);
 	}
-	for (i = 0; i < n; i++)
-		free((char *)msgs[i].content);
-	free(msgs);
+	json_decref(conv);
 	free(line);
 	return rc;
 }
@@ -461,12 +505,22 @@ static void verbose_setup(const run *r)
 	warnx("kernels %s, %d threads, seed %llu", ds_kernels_name(),
 	      ds_pool_threads(s->pool), (unsigned long long)r->o->sp.seed);
 	warnx("loaded in %.3f s", s->t_load);
-	warnx("KV cache %s: %u slots x %u positions = %.1f MiB", ds_kvtype_name(s->kv.type),
-	      s->kv.n_slot, s->kv.n_ctx, s->kv.bytes / 1048576.0);
+	warnx("KV cache %s: %u slots x %u positions = %.1f MiB (%zu bytes a position)",
+	      ds_kvtype_name(s->kv.type), s->kv.n_slot, s->kv.n_ctx,
+	      s->kv.bytes / 1048576.0, ds_kvcache_span(&s->kv, 1));
 	if (s->drafter)
 		warnx("spec: %s drafts, K %s, %.1f MiB read per draft", s->drafter->name,
 		      r->o->spec_k ? "fixed" : "adaptive",
 		      s->drafter->active_bytes / 1048576.0);
+	if (s->pc) {
+		ds_pcache_stats ps;
+
+		ds_pcache_get_stats(s->pc, &ps);
+		warnx("prompt cache: %.1f MiB in blocks of %d positions; %zu blocks "
+		      "(%.1f MiB) read from --cache-dir, %zu files ignored",
+		      ps.max_bytes / 1048576.0, DS_PCACHE_BLOCK, ps.blocks,
+		      ps.bytes / 1048576.0, ps.ignored);
+	}
 	warnx("RSS %.1f MiB", ds_rss_mib());
 }
 
@@ -514,7 +568,9 @@ static ds_session_opts session_opts(const opts *o, const ds_dist *d)
 	ds_session_opts so = {
 		.dir = o->dir, .threads = o->threads, .cpus = o->cpus, .load = o->load,
 		.ctx_size = o->ctx_size, .slots = o->parallel, .kv_type = o->kv_type,
-		.chat_template = o->chat_tmpl, .tok = DS_SESS_TOK_NONE,
+		.chat_template = o->chat_tmpl, .chat_template_file = o->chat_file,
+		.tok = DS_SESS_TOK_NONE, .cache_mib = o->cache_mib,
+		.cache_dir = o->cache_dir, .warn = warn_line,
 		.spec = o->spec, .spec_k = o->spec_k, .draft_dir = o->draft,
 	};
 
@@ -552,9 +608,11 @@ static int setup(run *r, ds_err *err)
 		return -1;
 	if (r->s.warn[0])
 		warnx("warning: --hugepages: %s", r->s.warn);
+	if (r->s.tpl_warn[0] && (o->chat || o->verbose))
+		warnx("warning: %s", r->s.tpl_warn);
 	if (o->chat && !r->s.have_tmpl)
-		return ds_errf(err, "%s: the model names no chat template: give "
-			       "--chat-template", o->dir);
+		return ds_errf(err, "%s: %s: give --chat-template or "
+			       "--chat-template-file", o->dir, r->s.tpl_err);
 	if (o->verbose)
 		verbose_setup(r);
 	if (o->verbose && r->d != NULL)
@@ -626,6 +684,7 @@ static int follow(const opts *o, ds_dist *d)
 	if (ds_dist_model(d, o->dir, &err))
 		return 1;
 	so.ep = ds_dist_ep(d);
+	so.follow = 1;
 	if (host_setup(o, &err) || ds_session_open(&s, &so, &err))
 		ds_dist_fail(d, err.msg);
 	if (o->verbose)

@@ -42,6 +42,9 @@ static void usage(FILE *f)
 		"usage: %s -m DIR [--host ADDR] [--port N] [--threads N] [--parallel N]\n"
 		"                [--ctx-size N] [--queue N] [--api-key KEY | --api-key-file FILE]\n"
 		"                [--max-body BYTES] [--timeout S] [--max-conns N] [--cpus LIST]\n"
+		"                [--chat-template NAME | --chat-template-file FILE]\n"
+		"                [--reasoning-format none|deepseek|auto]\n"
+		"                [--cache-ram MIB] [--cache-dir DIR]\n"
 		"                [--hugepages] [--numa MODE] [--verbose]\n"
 		"                [--spec mtp|ngram|draft] [--spec-k K] [--draft DIR]\n"
 		"                [--mpi [--mpi-timeout S]]\n",
@@ -67,12 +70,17 @@ typedef struct opts {
 enum {
 	O_KEY = 256, O_KEYFILE, O_CPUS, O_CTX, O_HOST, O_HUGE, O_BODY, O_NUMA,
 	O_PAR, O_PORT, O_QUEUE, O_THREADS, O_TIMEOUT, O_VERBOSE, O_VERSION,
-	O_CONNS, O_MPI, O_MPI_TIMEOUT, O_SPEC, O_SPEC_K, O_DRAFT,
+	O_CONNS, O_MPI, O_MPI_TIMEOUT, O_SPEC, O_SPEC_K, O_DRAFT, O_CHAT_TMPL,
+	O_CHAT_FILE, O_REASON, O_CACHE_RAM, O_CACHE_DIR,
 };
 
 static const struct option longopts[] = {
 	{ "api-key", required_argument, NULL, O_KEY },
 	{ "api-key-file", required_argument, NULL, O_KEYFILE },
+	{ "cache-dir", required_argument, NULL, O_CACHE_DIR },
+	{ "cache-ram", required_argument, NULL, O_CACHE_RAM },
+	{ "chat-template", required_argument, NULL, O_CHAT_TMPL },
+	{ "chat-template-file", required_argument, NULL, O_CHAT_FILE },
 	{ "cpus", required_argument, NULL, O_CPUS },
 	{ "ctx-size", required_argument, NULL, O_CTX },
 	{ "draft", required_argument, NULL, O_DRAFT },
@@ -88,6 +96,7 @@ static const struct option longopts[] = {
 	{ "parallel", required_argument, NULL, O_PAR },
 	{ "port", required_argument, NULL, O_PORT },
 	{ "queue", required_argument, NULL, O_QUEUE },
+	{ "reasoning-format", required_argument, NULL, O_REASON },
 	{ "spec", required_argument, NULL, O_SPEC },
 	{ "spec-k", required_argument, NULL, O_SPEC_K },
 	{ "threads", required_argument, NULL, O_THREADS },
@@ -119,6 +128,10 @@ static int parse_one(opts *o, int c, const char *a)
 	case O_KEY: s->api_key = a; return 0;
 	case O_KEYFILE: o->key_file = a; return 0;
 	case O_CPUS: s->cpus = a; return 0;
+	case O_CHAT_TMPL: s->chat_template = a; return 0;
+	case O_CHAT_FILE: s->chat_template_file = a; return 0;
+	case O_CACHE_DIR: s->cache_dir = a; return 0;
+	case O_CACHE_RAM: rc = ds_opt_long("--cache-ram", a, 0, 1L << 30, &v); s->cache_mib = v; break;
 	case O_CTX: rc = ds_opt_long("--ctx-size", a, 4, 1L << 24, &v); s->ctx_size = (uint32_t)v; break;
 	case O_HOST: s->host = a; return 0;
 	case O_HUGE: s->hugepages = 1; return 0;
@@ -136,6 +149,16 @@ static int parse_one(opts *o, int c, const char *a)
 	case O_VERBOSE: s->verbose = 1; return 0;
 	case O_MPI: o->mpi = 1; return 0;
 	case O_MPI_TIMEOUT: return ds_opt_double("--mpi-timeout", a, 0.1, 86400, &o->mpi_timeout);
+	case O_REASON:
+		if (strcmp(a, "none") == 0)
+			s->reasoning = DS_REASON_NONE;
+		else if (strcmp(a, "deepseek") == 0)
+			s->reasoning = DS_REASON_DEEPSEEK;
+		else if (strcmp(a, "auto") == 0)
+			s->reasoning = DS_REASON_AUTO;
+		else
+			return ds_opt_bad("--reasoning-format", a, "none, deepseek or auto");
+		return 0;
 	default: return 2;
 	}
 	return rc;
@@ -153,6 +176,14 @@ static int check_args(opts *o)
 	}
 	if (o->so.api_key && o->key_file) {
 		warnx("--api-key and --api-key-file exclude each other");
+		return 2;
+	}
+	if (o->so.chat_template && o->so.chat_template_file) {
+		warnx("--chat-template and --chat-template-file exclude each other");
+		return 2;
+	}
+	if (o->so.cache_dir && o->so.cache_mib == 0) {
+		warnx("--cache-dir needs a prompt cache: --cache-ram 0 turns it off");
 		return 2;
 	}
 	if (o->so.api_key && !key_ok(o->so.api_key)) {
@@ -192,6 +223,8 @@ static int parse_args(opts *o, int argc, char **argv)
 	o->so.queue = 64;
 	o->so.max_body = 1u << 20;
 	o->so.timeout_s = 60;
+	o->so.reasoning = DS_REASON_AUTO;
+	o->so.cache_mib = -1;
 	o->so.log = log_line;
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, ":hm:", longopts, NULL)) != -1) {
@@ -374,6 +407,7 @@ static int follow(const opts *o, ds_dist *d)
 		return 1;
 	ds_dist_load_opts(d, &so.load);
 	so.ep = ds_dist_ep(d);
+	so.follow = 1;
 	if ((o->so.numa && ds_numa_parse(o->so.numa, &so.load.numa, &err)) ||
 	    ds_session_open(&s, &so, &err))
 		ds_dist_fail(d, err.msg);

@@ -260,13 +260,23 @@ def seeds_jinja():
             put("jinja", os.path.basename(p)[:-5], json.load(f)["template"])
 
 
+def seeds_reasoning():
+    """R1 answers as a model streams them: the flag byte (prompt opened
+    the block, cuts), cut places, the text."""
+    answers = [b"Let me think.\n</think>\n\nThe answer is 4.",
+               b"<think>\nhm\n</think>\n\nHi", b"Hello there",
+               b"a \n</thi", b"x</think>y</think>z", b"  <thinking> no"]
+    for i, a in enumerate(answers):
+        put("reasoning", "%02d" % i, bytes([i & 1 | 6, 30, 90, 200]) + a)
+
+
 def serve_kind(body):
     """The endpoint byte of fuzz_servereq for a body."""
+    if b'"add_generation_prompt"' in body:
+        return 3
     if b'"messages"' in body:
         return 1
-    if b'"tokens"' in body:
-        return 3
-    if b'"content"' in body:
+    if b'"tokens"' in body or b'"content"' in body:
         return 2
     return 0
 
@@ -296,6 +306,10 @@ def seeds_serve():
         b' "max_completion_tokens": 3, "response_format": {"type": "text"}}',
         b'{"content": "Hello w\xc3\xb6rld", "add_special": true, "with_pieces": true}',
         b'{"tokens": [1, 2, 999]}',
+        b'{"messages": [{"role": "user", "content": "x"}], '
+        b'"add_generation_prompt": false, "chat_template_kwargs": {"t": 1}}',
+        b'{"messages": [{"role": "user", "content": "x"}], "reasoning_format": '
+        b'"none", "chat_template_kwargs": {"enable_thinking": false}}',
         b'{"prompt": "x", "n": 1, "best_of": 1, "logprobs": false, '
         b'"echo": false, "suffix": "", "logit_bias": {}, "tools": [], '
         b'"presence_penalty": 0, "frequency_penalty": 0.0, "ignore_eos": true, '
@@ -317,7 +331,8 @@ def seeds_serve():
     for m in re.finditer(r"Authorization: ([^\"']*)", src):
         hdr["auth-%d" % len(hdr)] = b"\x00k3y-1\n" + m.group(1).encode()
     for ep in ("/v1/completions", "/v1/chat/completions", "/v1/models",
-               "/health", "/metrics", "/tokenize", "/detokenize", "/nothing"):
+               "/health", "/metrics", "/tokenize", "/detokenize",
+               "/apply-template", "/nothing"):
         hdr["path" + ep.replace("/", "-")] = b"\x02" + ep.encode()
     for name, b in hdr.items():
         put("servehdr", name, b)
@@ -397,6 +412,7 @@ def main():
     seeds_text()
     seeds_serve()
     seeds_jinja()
+    seeds_reasoning()
     tmp = tempfile.mkdtemp(prefix="ds-fuzz-seeds.")
     try:
         models = seeds_models(tmp)

@@ -147,3 +147,92 @@ void ds_kvcache_seq_keep(ds_kvcache *kv, uint32_t slot, uint32_t n)
 		madvise(kv->data + slot * kv->slot_bytes, kv->slot_bytes,
 			MADV_DONTNEED);
 }
+
+/* ---- positions moved whole ------------------------------------------------------ */
+
+size_t ds_kvcache_span(const ds_kvcache *kv, uint32_t n)
+{
+	return (size_t)kv->n_layer * n * kv->pos_bytes;
+}
+
+/* The rows of positions [pos, pos + n) of one slot and layer: for each
+ * head its K run, then its V run; fn(run, bytes, arg) for each in the
+ * serial order. */
+typedef void (*run_fn)(uint8_t *run, size_t bytes, void *arg);
+
+static void layer_runs(const ds_kvcache *kv, uint32_t slot, uint32_t layer,
+		       uint32_t pos, uint32_t n, run_fn fn, void *arg)
+{
+	uint8_t *base = kv->data + slot * kv->slot_bytes + layer * kv->slot_layer_bytes;
+	size_t kh = (size_t)kv->n_ctx * kv->k_row, vh = (size_t)kv->n_ctx * kv->v_row;
+	uint8_t *v = base + kv->n_kv_head * kh;
+	uint32_t h;
+
+	for (h = 0; h < kv->n_kv_head; h++) {
+		fn(base + h * kh + (size_t)pos * kv->k_row, (size_t)n * kv->k_row, arg);
+		if (!kv->mla)
+			fn(v + h * vh + (size_t)pos * kv->v_row, (size_t)n * kv->v_row, arg);
+	}
+}
+
+static void run_out(uint8_t *run, size_t bytes, void *arg)
+{
+	uint8_t **p = arg;
+
+	memcpy(*p, run, bytes);
+	*p += bytes;
+}
+
+static void run_in(uint8_t *run, size_t bytes, void *arg)
+{
+	const uint8_t **p = arg;
+
+	memcpy(run, *p, bytes);
+	*p += bytes;
+}
+
+void ds_kvcache_read(const ds_kvcache *kv, uint32_t slot, uint32_t pos,
+		     uint32_t n, uint8_t *dst)
+{
+	uint32_t l;
+
+	DS_ASSERT(slot < kv->n_slot && pos + n <= kv->len[slot]);
+	for (l = 0; l < kv->n_layer; l++)
+		layer_runs(kv, slot, l, pos, n, run_out, &dst);
+}
+
+void ds_kvcache_write(ds_kvcache *kv, uint32_t slot, uint32_t pos,
+		      uint32_t n, const uint8_t *src)
+{
+	uint32_t l;
+
+	DS_ASSERT(slot < kv->n_slot && pos <= kv->len[slot] && pos + n <= kv->n_ctx);
+	for (l = 0; l < kv->n_layer; l++)
+		layer_runs(kv, slot, l, pos, n, run_in, &src);
+	kv->len[slot] = pos + n;
+}
+
+void ds_kvcache_copy(ds_kvcache *kv, uint32_t dst, uint32_t src,
+		     uint32_t pos, uint32_t n)
+{
+	size_t kh = (size_t)kv->n_ctx * kv->k_row, vh = (size_t)kv->n_ctx * kv->v_row;
+	uint32_t l, h;
+
+	DS_ASSERT(dst < kv->n_slot && src < kv->n_slot && dst != src);
+	DS_ASSERT(pos + n <= kv->len[src] && pos <= kv->len[dst]);
+	for (l = 0; l < kv->n_layer; l++) {
+		size_t lo = l * kv->slot_layer_bytes;
+		const uint8_t *from = kv->data + src * kv->slot_bytes + lo;
+		uint8_t *to = kv->data + dst * kv->slot_bytes + lo;
+
+		for (h = 0; h < kv->n_kv_head; h++) {
+			size_t k = h * kh + (size_t)pos * kv->k_row,
+			       v = kv->n_kv_head * kh + h * vh + (size_t)pos * kv->v_row;
+
+			memcpy(to + k, from + k, (size_t)n * kv->k_row);
+			if (!kv->mla)
+				memcpy(to + v, from + v, (size_t)n * kv->v_row);
+		}
+	}
+	kv->len[dst] = pos + n;
+}

@@ -80,4 +80,20 @@ void ds_kvcache_layer(const ds_kvcache *kv, uint32_t slot, uint32_t layer,
  * a whole slot is emptied. */
 void ds_kvcache_seq_keep(ds_kvcache *kv, uint32_t slot, uint32_t n);
 
+/* ---- positions moved whole (the prompt cache, runtime/pcache.h) -------------
+ * The serial form of n positions of a slot: for each layer, for each KV
+ * head, its n K rows then its n V rows (MLA: the n latent rows), as they
+ * lie in the slot: n_layer * n * pos_bytes bytes (ds_kvcache_span). */
+size_t ds_kvcache_span(const ds_kvcache *kv, uint32_t n);
+/* Positions [pos, pos + n) of slot (pos + n <= its length) into dst. */
+void ds_kvcache_read(const ds_kvcache *kv, uint32_t slot, uint32_t pos,
+		     uint32_t n, uint8_t *dst);
+/* The reverse, at pos <= the slot's length, which becomes pos + n. */
+void ds_kvcache_write(ds_kvcache *kv, uint32_t slot, uint32_t pos,
+		      uint32_t n, const uint8_t *src);
+/* Positions [pos, pos + n) of slot src (held there) into slot dst at
+ * the same positions (pos <= dst's length, which becomes pos + n). */
+void ds_kvcache_copy(ds_kvcache *kv, uint32_t dst, uint32_t src,
+		     uint32_t pos, uint32_t n);
+
 #endif

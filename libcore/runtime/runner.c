@@ -77,11 +77,12 @@ static json_t *jsonl_row(const rq *q)
 
 	for (i = 0; toks && i < q->gen.n; i++)
 		json_array_append_new(toks, json_integer(q->gen.v[i]));
-	o = json_pack("{s:I, s:o*, s:o*, s:s, s:I, s:I}", "index", (json_int_t)q->index,
+	o = json_pack("{s:I, s:o*, s:o*, s:s, s:I, s:I, s:I}", "index", (json_int_t)q->index,
 		      "tokens", toks, "text", q->r->s->tok ? ds_json_text(q->text, q->n_text)
 							   : json_null(),
 		      "finish_reason", ds_finish_name(q->why),
 		      "prompt_tokens", (json_int_t)q->ids.n,
+		      "cached_tokens", (json_int_t)q->st.cached_tokens,
 		      "completion_tokens", (json_int_t)q->gen.n);
 	json_object_set_new(o, "timings", json_pack(
 		"{s:f, s:f, s:f, s:f}", "prompt_ms", pm, "predicted_ms", gm,

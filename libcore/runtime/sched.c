@@ -52,6 +52,14 @@ typedef struct sreq {
 	int fed;                   /* entries in this step: */
 	size_t fed0;               /* the first's position */
 	uint32_t row0;             /* and batch row */
+	/* the prompt cache */
+	size_t keep;               /* the slot's kept positions it starts from */
+	size_t n_cached;           /* positions taken, not computed */
+	int prepared;              /* its slot is set up */
+	struct sreq *fresh;        /* admitted in this step, to set up */
+	uint64_t wait_id;          /* the older request computing its prefix */
+	int wait_slot;
+	size_t wait_len;           /* up to there */
 } sreq;
 
 /* One entry of the batch that asked for logits. */
@@ -85,7 +93,19 @@ struct ds_sched {
 	uint32_t spec_k;           /* fixed K, or 0: adaptive */
 	double draft_cost;         /* a draft's cost relative to a step */
 	ds_spec_seq **sqs;         /* [n_slot] the drafter's call */
+	/* the prompt cache (sched.h): what each slot holds */
+	ds_pcache *pc;
+	int32_t *stok;             /* [n_slot][n_ctx]: the tokens of its rows */
+	double *slot_t;            /* when its last request ended */
+	uint8_t *dirty;            /* it holds rows not offered to pc yet */
 };
+
+#define B DS_PCACHE_BLOCK
+
+static int32_t *stok(const ds_sched *s, uint32_t slot)
+{
+	return s->stok + (size_t)slot * s->kv->n_ctx;
+}
 
 const char *ds_finish_name(enum ds_finish f)
 {
@@ -144,9 +164,18 @@ int ds_sched_init(ds_sched **out, ds_fwd *f, ds_kvcache *kv,
 	s->bo = ds_calloc(s->n_batch, sizeof *s->bo, err);
 	s->taken = ds_calloc(kv->n_slot, 1, err);
 	s->sqs = ds_calloc(kv->n_slot, sizeof *s->sqs, err);
+	if (opts && opts->cache) {
+		s->pc = opts->cache;
+		s->stok = ds_calloc((size_t)kv->n_slot * kv->n_ctx, sizeof *s->stok, err);
+		s->slot_t = ds_calloc(kv->n_slot, sizeof *s->slot_t, err);
+		s->dirty = ds_calloc(kv->n_slot, 1, err);
+	}
 	if (!s->slots || !s->btok || !s->bpos || !s->bseq || !s->bwant || !s->bo ||
-	    !s->taken || !s->sqs) {
+	    !s->taken || !s->sqs || (s->pc && (!s->stok || !s->slot_t || !s->dirty))) {
 		free(s->sqs);
+		free(s->stok);
+		free(s->slot_t);
+		free(s->dirty);
 		free(s->taken);
 		free(s->slots);
 		free(s->btok);
@@ -183,10 +212,19 @@ static void finish(ds_sched *s, sreq *r, enum ds_finish why)
 	r->st.t_end = ds_now_s();
 	r->st.completion_tokens = (size_t)r->n_gen;
 	r->st.prompt_tokens = r->n_fed;
+	r->st.cached_tokens = r->n_cached;
 	if (r->slot >= 0) {
 		if (s->drafter)
 			s->drafter->release(s->drafter, (uint32_t)r->slot);
-		ds_kvcache_seq_keep(s->kv, (uint32_t)r->slot, 0);
+		/* with the cache the slot keeps its rows for the next request;
+		 * after a failed forward pass they are not to be trusted */
+		if (s->pc == NULL || why == DS_FINISH_ERROR) {
+			ds_kvcache_seq_keep(s->kv, (uint32_t)r->slot, 0);
+			if (s->pc)
+				s->dirty[r->slot] = 0;
+		}
+		if (s->pc)
+			s->slot_t[r->slot] = ds_now_s();
 		pthread_mutex_lock(&s->mu);
 		s->slots[r->slot] = NULL;
 		s->n_running--;
@@ -211,6 +249,13 @@ void ds_sched_free(ds_sched *s)
 		s->qhead = r->link;
 		finish(s, r, DS_FINISH_CANCEL);
 	}
+	/* what the slots hold goes into a cache that outlives the process */
+	for (i = 0; s->pc && ds_pcache_persistent(s->pc) && i < s->kv->n_slot; i++)
+		if (s->dirty[i])
+			ds_pcache_store(s->pc, s->kv, i, stok(s, i), s->kv->len[i]);
+	free(s->stok);
+	free(s->slot_t);
+	free(s->dirty);
 	pthread_mutex_destroy(&s->mu);
 	pthread_cond_destroy(&s->cv);
 	free(s->slots);
@@ -361,15 +406,192 @@ void ds_sched_stop(ds_sched *s)
 	pthread_mutex_unlock(&s->mu);
 }
 
+/* ---- the prompt cache: where a request starts ------------------------------------ */
+
+/* The prompt positions a request may take rather than compute: all but
+ * the last, whose logits it samples from; none when it wants every
+ * position's logits. */
+static size_t reuse_cap(const sreq *r)
+{
+	return r->all_logits ? 0 : r->n_prompt - 1;
+}
+
+/* How many of a[0..n) and b[0..n) are equal from the start. */
+static size_t lcp(const int32_t *a, const int32_t *b, size_t n)
+{
+	size_t k = 0;
+
+	while (k < n && a[k] == b[k])
+		k++;
+	return k;
+}
+
+/* Slot i's rows that start r's prompt (at most cap). */
+static size_t kept(const ds_sched *s, uint32_t i, const sreq *r, size_t cap)
+{
+	size_t n = s->kv->len[i];
+
+	return lcp(stok(s, i), r->prompt, n < cap ? n : cap);
+}
+
+/* The free slot for r (under the lock): the one whose rows start its
+ * prompt furthest when no cached blocks go further, else an empty one,
+ * else the one free longest; *keep what it keeps of its rows. */
+static uint32_t pick_slot(ds_sched *s, const sreq *r, size_t *keep)
+{
+	size_t cap = reuse_cap(r), best = 0, l;
+	int64_t pick = -1, spare = -1;
+	uint32_t i;
+
+	for (i = 0; i < s->kv->n_slot; i++) {
+		if (s->slots[i] != NULL)
+			continue;
+		if (s->pc == NULL) {
+			*keep = 0;
+			return i;
+		}
+		if ((l = kept(s, i, r, cap)) > best) {
+			best = l;
+			pick = i;
+		}
+		if (spare < 0 || (s->kv->len[spare] > 0 &&
+				  (s->kv->len[i] == 0 || s->slot_t[i] < s->slot_t[spare])))
+			spare = i;
+	}
+	DS_ASSERT(spare >= 0);
+	if (pick >= 0 && best >= ds_pcache_match(s->pc, r->prompt, cap) * B) {
+		*keep = best;
+		return (uint32_t)pick;
+	}
+	*keep = kept(s, (uint32_t)spare, r, cap);
+	return (uint32_t)spare;
+}
+
+/* Positions [from, to) of r's prompt copied into its slot from slot src. */
+static void copy_rows(ds_sched *s, sreq *r, uint32_t src, size_t from, size_t to)
+{
+	uint32_t sl = (uint32_t)r->slot;
+
+	ds_kvcache_copy(s->kv, sl, src, (uint32_t)from, (uint32_t)(to - from));
+	memcpy(stok(s, sl) + from, r->prompt + from, (to - from) * sizeof *r->prompt);
+	s->dirty[sl] = 1;
+}
+
+/* Another slot that holds more of r's prompt than have: its rows copied. */
+static size_t copy_slots(ds_sched *s, sreq *r, size_t have, size_t cap)
+{
+	size_t best = have, k;
+	int64_t src = -1;
+	uint32_t q;
+
+	for (q = 0; q < s->kv->n_slot; q++) {
+		if ((int)q == r->slot || s->kv->len[q] <= best || cap <= best)
+			continue;
+		if ((k = kept(s, q, r, cap)) > best) {
+			best = k;
+			src = q;
+		}
+	}
+	if (src >= 0)
+		copy_rows(s, r, (uint32_t)src, have, best);
+	return best;
+}
+
+/* An older running request still computing a longer common prefix:
+ * r waits for it (build, catch_up). */
+static void find_partner(ds_sched *s, sreq *r, size_t have, size_t cap)
+{
+	size_t best = have + B - 1, k, n;
+	uint32_t q;
+
+	r->wait_id = 0;
+	for (q = 0; q < s->kv->n_slot; q++) {
+		sreq *p = s->slots[q];
+
+		if (p == NULL || p == r || !p->prepared || p->id > r->id ||
+		    p->n_fed >= p->n_prompt)
+			continue;
+		n = p->n_prompt < cap ? p->n_prompt : cap;
+		if (n > best && (k = lcp(p->prompt, r->prompt, n)) > best) {
+			best = k;
+			r->wait_id = p->id;
+			r->wait_slot = (int)q;
+			r->wait_len = k;
+		}
+	}
+}
+
+/* A request just admitted: its slot cut to what it keeps (the rest
+ * stored in the cache first when it is not there yet), then filled from
+ * the cache's blocks and other slots as far as they go. */
+static void prepare(ds_sched *s, sreq *r)
+{
+	uint32_t sl = (uint32_t)r->slot;
+	size_t cap = reuse_cap(r), have = r->keep, m, from;
+	ds_kvcache *kv = s->kv;
+
+	r->prepared = 1;
+	if (s->pc == NULL) {
+		ds_kvcache_seq_keep(kv, sl, 0);
+		return;
+	}
+	if (have < kv->len[sl] && s->dirty[sl])
+		ds_pcache_store(s->pc, kv, sl, stok(s, sl), kv->len[sl]);
+	if (have < kv->len[sl])
+		s->dirty[sl] = 0;
+	m = ds_pcache_match(s->pc, r->prompt, cap) * B;
+	from = have / B;
+	if (m > have) {
+		ds_kvcache_seq_keep(kv, sl, (uint32_t)(from * B));
+		ds_pcache_restore(s->pc, kv, sl, r->prompt, from, m / B);
+		memcpy(stok(s, sl) + from * B, r->prompt + from * B,
+		       (m - from * B) * sizeof *r->prompt);
+		have = m;
+	} else {
+		ds_kvcache_seq_keep(kv, sl, (uint32_t)have);
+	}
+	have = copy_slots(s, r, have, cap);
+	r->n_fed = r->n_past = r->n_cached = have;
+	find_partner(s, r, have, cap);
+}
+
+/* Before r's next prompt chunk: what its partner has computed of their
+ * common prefix is copied; 0 while the partner is still at it. */
+static int catch_up(ds_sched *s, sreq *r)
+{
+	sreq *p = r->wait_id ? s->slots[r->wait_slot] : NULL;
+	size_t done;
+
+	if (r->wait_id == 0)
+		return 1;
+	if (p == NULL || p->id != r->wait_id) {
+		r->wait_id = 0;         /* gone: r computes the rest */
+		return 1;
+	}
+	done = s->kv->len[p->slot] < r->wait_len ? s->kv->len[p->slot] : r->wait_len;
+	if (done > r->n_fed) {
+		copy_rows(s, r, (uint32_t)p->slot, r->n_fed, done);
+		r->n_cached += done - r->n_fed;
+		r->n_fed = r->n_past = done;
+	}
+	if (done < r->wait_len)
+		return 0;
+	r->wait_id = 0;
+	return 1;
+}
+
 /* ---- a step -------------------------------------------------------------------------- */
 
 /* Cancelled requests out, queued ones into free slots; the cancelled are
- * returned as a list (ended by the caller, outside the lock). */
-static sreq *admit(ds_sched *s)
+ * returned as a list (ended by the caller, outside the lock), the admitted
+ * in *fresh, in their order (set up by the caller: prepare). */
+static sreq *admit(ds_sched *s, sreq **fresh)
 {
-	sreq *gone = NULL, **pp, *r;
+	sreq *gone = NULL, **pp, *r, **tail = fresh;
+	size_t free_slots;
 	uint32_t i;
 
+	*fresh = NULL;
 	pthread_mutex_lock(&s->mu);
 	for (pp = &s->qhead; (r = *pp) != NULL;) {
 		if (r->cancel) {
@@ -384,9 +606,8 @@ static sreq *admit(ds_sched *s)
 	s->qtail = NULL;
 	for (r = s->qhead; r != NULL; r = r->link)
 		s->qtail = r;
-	for (i = 0; i < s->kv->n_slot && s->qhead != NULL; i++) {
-		if (s->slots[i] != NULL)
-			continue;
+	free_slots = s->kv->n_slot - s->n_running;
+	for (; free_slots > 0 && s->qhead != NULL; free_slots--) {
 		r = s->qhead;
 		s->qhead = r->link;
 		if (s->qhead == NULL)
@@ -394,10 +615,12 @@ static sreq *admit(ds_sched *s)
 		s->n_queued--;
 		s->n_running++;
 		r->link = NULL;
+		i = pick_slot(s, r, &r->keep);
 		r->slot = (int)i;
 		r->st.t_start = ds_now_s();
-		ds_kvcache_seq_keep(s->kv, i, 0);
 		s->slots[i] = r;
+		*tail = r;
+		tail = &r->fresh;
 	}
 	pthread_mutex_unlock(&s->mu);
 	return gone;
@@ -434,6 +657,10 @@ static void add_entry(ds_sched *s, size_t *n, sreq *r, int32_t tok,
 	s->bpos[*n] = (int32_t)pos;
 	s->bseq[*n] = r->slot;
 	s->bwant[*n] = (uint8_t)want;
+	if (s->pc) {
+		stok(s, (uint32_t)r->slot)[pos] = tok;
+		s->dirty[r->slot] = 1;
+	}
 	if (want)
 		s->bo[s->n_bo++] = (bout){ r, pos, sample, 1 };
 	(*n)++;
@@ -485,12 +712,15 @@ static size_t build(ds_sched *s, uint8_t *taken)
 			add_decode(s, &n, r);
 	}
 	while (n < s->n_batch && (r = next_prefill(s, taken)) != NULL) {
-		size_t m = r->n_prompt - r->n_fed;
+		size_t m;
 
 		taken[r->slot] = 1;
+		if (s->pc && !catch_up(s, r))
+			continue;           /* an older request computes its prefix */
 		r->fed = 1;
 		r->fed0 = r->n_fed;
 		r->row0 = (uint32_t)n;
+		m = r->n_prompt - r->n_fed;
 		if (m > s->n_batch - n)
 			m = s->n_batch - n;
 		for (p = r->n_fed; p < r->n_fed + m; p++) {
@@ -681,11 +911,15 @@ static int spec_propose(ds_sched *s, ds_err *err)
 
 int ds_sched_step(ds_sched *s, ds_err *err)
 {
+	sreq *gone, *fresh, *r;
 	ds_batch b;
 	size_t n, j;
 	uint32_t i;
 
-	end_cancelled(s, admit(s));
+	gone = admit(s, &fresh);
+	for (r = fresh; r != NULL; r = r->fresh)
+		prepare(s, r);
+	end_cancelled(s, gone);
 	memset(s->taken, 0, s->kv->n_slot);
 	n = build(s, s->taken);
 	if (n == 0)

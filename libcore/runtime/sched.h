@@ -71,6 +71,7 @@
 
 #include "model/forward.h"
 #include "model/kvcache.h"
+#include "pcache.h"
 #include "sampler.h"
 #include "base/util.h"
 
@@ -98,6 +99,8 @@ typedef struct ds_req_stats {
 	/* speculative decoding: tokens drafted and accepted, verification
 	 * steps (steps that carried drafts) */
 	size_t spec_drafted, spec_accepted, spec_steps;
+	size_t cached_tokens;       /* prompt positions not computed: taken
+				       from the prompt cache */
 } ds_req_stats;
 
 typedef struct ds_req_cb {
@@ -138,12 +141,36 @@ typedef struct ds_sched_opts {
 				       freed after the scheduler), or NULL */
 	uint32_t spec_k;            /* drafts per step and sequence, <=
 				       DS_SPEC_MAX_K; 0: adaptive */
+	ds_pcache *cache;           /* the prompt cache, or NULL (below) */
 } ds_sched_opts;
 
 /* The batch a scheduler needs: n_slot sequences of 1 + K entries each
- * with speculative decoding (spec nonzero), 1 without (so that no draft is ever cut for room, which would
- * make a request's tokens depend on its neighbours). */
+ * with speculative decoding (spec nonzero), 1 without (so that no draft
+ * is ever cut for room, which would make a request's tokens depend on
+ * its neighbours). */
 uint32_t ds_sched_batch_need(uint32_t n_slot, int spec, uint32_t spec_k);
+
+/*
+ * The prompt cache.  With opts.cache a slot keeps what it held when its
+ * request ends, and a new request starts from the longest prefix of its
+ * prompt already computed (always computing its last prompt token, whose
+ * logits it samples from; from nothing when it asks for every prompt
+ * position's logits):
+ *   - a free slot whose kept tokens share the longest prefix with the
+ *     prompt is taken as it is;
+ *   - else whole blocks held in the cache are copied into the slot taken
+ *     (an empty one, else the one free longest, whose tokens are first
+ *     kept in the cache: they are stored when they would be lost);
+ *   - then the rows of any other slot (running or not) that holds more of
+ *     the prompt are copied;
+ *   - and while an older running request is still computing a longer
+ *     common prefix (DS_PCACHE_BLOCK positions or more), the new one waits
+ *     for it and copies its rows, instead of computing them beside it.
+ * Copied rows are the bytes computed for the same tokens at the same
+ * positions, so greedy answers are the same with and without the cache.
+ * ds_sched_free keeps every slot's tokens in the cache when it is saved to
+ * a directory.
+ */
 
 int ds_sched_init(ds_sched **s, ds_fwd *f, ds_kvcache *kv,
 		  const ds_sched_opts *opts, ds_err *err);

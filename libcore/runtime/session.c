@@ -1,5 +1,6 @@
 /* session.c - a model opened for generating (session.h). */
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -53,32 +54,92 @@ static void piece_str(const ds_tok *t, int32_t id, char *out, size_t cap)
 	}
 }
 
-/* The template: the options', else model.meta's, else the tokenizer's.
- * An unknown name in the options is an error; in the model, no template
- * (the programs refuse chat requests then). */
+/* The special tokens a template given by the options reads: those the
+ * model stored with its own template, else the tokenizer's BOS and EOS. */
+static json_t *tok_special(const ds_session *s)
+{
+	const json_t *sp = json_object_get(json_object_get(s->m.meta,
+				"chat_template_jinja"), "special");
+	ds_tok_info ti;
+	char b[64];
+	json_t *o;
+
+	if (json_is_object(sp))
+		return json_deep_copy(sp);
+	if ((o = json_object()) == NULL)
+		return NULL;
+	ds_tok_get_info(s->tok, &ti);
+	piece_str(s->tok, ti.bos, b, sizeof b);
+	if (b[0])
+		json_object_set_new(o, "bos_token", json_string(b));
+	piece_str(s->tok, ti.eos, b, sizeof b);
+	if (b[0])
+		json_object_set_new(o, "eos_token", json_string(b));
+	return o;
+}
+
+/* The options' template (an error when it cannot be made). */
+static int opts_template(ds_session *s, const ds_session_opts *o, ds_err *err)
+{
+	json_t *sp = tok_special(s);
+	int rc;
+
+	if (sp == NULL)
+		return ds_errf(err, "out of memory");
+	rc = o->chat_template_file
+	     ? ds_chat_tpl_file(&s->tpl, o->chat_template_file, sp, err)
+	     : ds_chat_tpl_named(&s->tpl, o->chat_template, sp, err);
+	json_decref(sp);
+	if (rc)
+		return o->chat_template_file
+		       ? ds_err_prefix(err, "--chat-template-file") : -1;
+	return 1;
+}
+
+/* The model's: its own Jinja template, else its named one (model.meta,
+ * else the tokenizer's).  A model without one is no error: chat requests
+ * are refused, saying why (tpl_err). */
+static int model_template(ds_session *s)
+{
+	ds_tok_info ti;
+	ds_err e;
+	int rc;
+
+	rc = ds_chat_tpl_meta(&s->tpl, s->m.meta, s->tpl_warn, sizeof s->tpl_warn, &e);
+	if (rc < 0) {
+		snprintf(s->tpl_err, sizeof s->tpl_err, "the model's chat template "
+			 "cannot be used: %s", e.msg);
+		return 0;
+	}
+	ds_tok_get_info(s->tok, &ti);
+	if (rc == 0 && ti.chat_template && ti.chat_template[0]) {
+		json_t *sp = tok_special(s);
+
+		rc = sp && ds_chat_tpl_named(&s->tpl, ti.chat_template, sp, NULL) == 0;
+		json_decref(sp);
+	}
+	return rc;
+}
+
+/* The template: the options', else the model's. */
 static int template(ds_session *s, const ds_session_opts *o, ds_err *err)
 {
-	const json_t *ct = json_object_get(s->m.meta, "chat_template");
-	const char *name = o->chat_template, *mk;
-	ds_tok_info ti;
+	const char *mk;
+	int rc;
 
-	ds_tok_get_info(s->tok, &ti);
-	if (name == NULL && json_is_string(ct))
-		name = json_string_value(ct);
-	if (name == NULL && ti.chat_template && ti.chat_template[0])
-		name = ti.chat_template;
-	if (name == NULL)
-		return 0;
-	if (ds_chat_parse(name, &s->tmpl, o->chat_template ? err : NULL))
-		return o->chat_template ? -1 : 0;
-	s->have_tmpl = 1;
-	mk = ds_chat_end_marker(s->tmpl);
+	snprintf(s->tpl_err, sizeof s->tpl_err, "the model names no chat template");
+	rc = o->chat_template || o->chat_template_file ? opts_template(s, o, err)
+						       : model_template(s);
+	if (rc < 0)
+		return -1;
+	s->have_tmpl = rc > 0;
+	mk = s->have_tmpl ? s->tpl.end_marker : NULL;
 	if (mk != NULL)
 		s->turn_end = ds_tok_piece_id(s->tok, mk, strlen(mk));
 	return 0;
 }
 
-/* The model's end ids, the tokenizer's BOS/EOS strings and the template. */
+/* The model's end ids and the template. */
 static int chat_and_stops(ds_session *s, const ds_session_opts *o, ds_err *err)
 {
 	ds_tok_info ti;
@@ -92,8 +153,6 @@ static int chat_and_stops(ds_session *s, const ds_session_opts *o, ds_err *err)
 	ds_tok_get_info(s->tok, &ti);
 	add_stop(s, ti.eos);
 	add_stop(s, ti.eot);
-	piece_str(s->tok, ti.bos, s->bos, sizeof s->bos);
-	piece_str(s->tok, ti.eos, s->eos, sizeof s->eos);
 	return template(s, o, err);
 }
 
@@ -161,6 +220,72 @@ static int open_drafter(ds_session *s, const ds_session_opts *o, ds_err *err)
 	return 0;
 }
 
+int64_t ds_session_cache_default(void)
+{
+	long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+	int64_t quarter = pages > 0 && size > 0 ? (int64_t)pages / 4 * size >> 20 : 2048;
+
+	return quarter < 2048 ? quarter : 2048;
+}
+
+/* FNV-1a, 64 bits, from h. */
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+	const uint8_t *b = p;
+
+	while (n--) {
+		h ^= *b++;
+		h *= 0x100000001b3ull;
+	}
+	return h;
+}
+
+/* What a cache file must have been made for: this ds, the architecture
+ * and hyper-parameters, and every tensor's name, type, shape and CRC-32
+ * (so the same weights converted again are the same model). */
+static void model_identity(const ds_model *m, uint8_t id[16])
+{
+	uint64_t h[2] = { 0xcbf29ce484222325ull, 0x84222325cbf29ce4ull };
+	char *hp = json_dumps(json_object_get(m->meta, "hparams"),
+			      JSON_COMPACT | JSON_SORT_KEYS);
+	const char *arch = json_string_value(json_object_get(m->meta, "arch"));
+	size_t i, k;
+
+	for (k = 0; k < 2; k++) {
+		h[k] = fnv(h[k], DS_VERSION, strlen(DS_VERSION) + 1);
+		h[k] = fnv(h[k], arch ? arch : "", arch ? strlen(arch) + 1 : 1);
+		h[k] = fnv(h[k], hp ? hp : "", hp ? strlen(hp) + 1 : 1);
+		for (i = 0; i < m->n_tensors; i++) {
+			const ds_tensor *t = &m->tensors[i];
+
+			h[k] = fnv(h[k], t->name, strlen(t->name) + 1);
+			h[k] = fnv(h[k], &t->type, sizeof t->type);
+			h[k] = fnv(h[k], t->shape, sizeof t->shape);
+			h[k] = fnv(h[k], &t->crc32, sizeof t->crc32);
+		}
+	}
+	free(hp);
+	memcpy(id, h, 16);
+}
+
+/* The prompt cache, read from its directory. */
+static int open_pcache(ds_session *s, const ds_session_opts *o, ds_err *err)
+{
+	int64_t mib = o->cache_mib < 0 ? ds_session_cache_default() : o->cache_mib;
+	ds_pcache_opts po = {
+		.max_bytes = (size_t)mib << 20, .dir = o->cache_dir,
+		.n_vocab = s->n_vocab, .warn = o->warn, .user = o->warn_user,
+	};
+
+	/* over MPI ranks the cache's row copies would be rank 0's alone,
+	 * and the ranks' caches must stay the same */
+	if (mib == 0 || o->ep != NULL)
+		return 0;
+	model_identity(&s->m, po.model_id);
+	return ds_pcache_init(&s->pc, &s->kv, &po, err) ||
+	       ds_pcache_load(s->pc, err) ? -1 : 0;
+}
+
 int ds_session_open(ds_session *s, const ds_session_opts *o, ds_err *err)
 {
 	ds_pool_opts po = { .threads = o->threads, .cpus = o->cpus };
@@ -171,6 +296,8 @@ int ds_session_open(ds_session *s, const ds_session_opts *o, ds_err *err)
 
 	memset(s, 0, sizeof *s);
 	s->turn_end = -1;
+	s->warn_fn = o->warn;
+	s->warn_user = o->warn_user;
 	/* the MTP module's pass is not split over the job's ranks */
 	if (o->ep != NULL && o->spec == DS_SPEC_MTP)
 		return ds_errf(err, "--spec mtp does not run over MPI ranks: use "
@@ -190,17 +317,25 @@ int ds_session_open(ds_session *s, const ds_session_opts *o, ds_err *err)
 	    ds_kvcache_init(&s->kv, &s->m.hp, slots, s->n_ctx, o->kv_type, err))
 		return -1;
 	s->have_kv = 1;
-	if (open_drafter(s, o, err))
+	if ((!o->follow && open_drafter(s, o, err)) || open_pcache(s, o, err))
 		return -1;
 	sco.drafter = s->drafter;
+	sco.cache = s->pc;
 	return ds_sched_init(&s->sched, s->fwd, &s->kv, &sco, err);
 }
 
 void ds_session_close(ds_session *s)
 {
-	ds_sched_free(s->sched);
+	ds_err err;
+
+	ds_sched_free(s->sched);    /* the slots' rows into the cache */
 	if (s->drafter)
 		s->drafter->free(s->drafter);
+	if (s->pc && ds_pcache_save(s->pc, &err) && s->warn_fn)
+		s->warn_fn(s->warn_user, err.msg);
+	ds_pcache_free(s->pc);
+	if (s->have_tmpl)
+		ds_chat_tpl_free(&s->tpl);
 	if (s->have_kv)
 		ds_kvcache_free(&s->kv);
 	ds_fwd_free(s->fwd);
@@ -216,13 +351,13 @@ void ds_session_close(ds_session *s)
 
 /* ---- prompts -------------------------------------------------------------------------------- */
 
-static int encode(const ds_session *s, const char *text, unsigned flags,
-		  ds_tok_ids *ids, ds_err *err)
+static int encode(const ds_session *s, const char *text, size_t len,
+		  unsigned flags, ds_tok_ids *ids, ds_err *err)
 {
 	memset(ids, 0, sizeof *ids);
 	if (s->tok == NULL)
 		return ds_errf(err, "the model has no tokenizer: give token ids");
-	if (ds_tok_encode(s->tok, text, strlen(text), flags, ids, err)) {
+	if (ds_tok_encode(s->tok, text, len, flags, ids, err)) {
 		ds_tok_ids_free(ids);
 		return -1;
 	}
@@ -232,22 +367,34 @@ static int encode(const ds_session *s, const char *text, unsigned flags,
 int ds_session_encode(const ds_session *s, const char *text, ds_tok_ids *ids,
 		      ds_err *err)
 {
-	return encode(s, text, 0, ids, err);
+	return encode(s, text, strlen(text), 0, ids, err);
 }
 
-int ds_session_chat(const ds_session *s, const ds_chat_msg *msgs, size_t n,
-		    ds_tok_ids *ids, ds_err *err)
+int ds_session_render(const ds_session *s, const json_t *messages,
+		      const json_t *vars, int add_gen, char **text, size_t *len,
+		      ds_err *err)
+{
+	*text = NULL;
+	if (!s->have_tmpl)
+		return ds_errf(err, "%s", s->tpl_err);
+	return ds_chat_tpl_render(&s->tpl, messages, vars, add_gen, text, len, err);
+}
+
+int ds_session_chat(const ds_session *s, const json_t *messages,
+		    const json_t *vars, ds_tok_ids *ids, int *think,
+		    ds_err *err)
 {
 	char *text;
+	size_t len;
 	int rc;
 
 	memset(ids, 0, sizeof *ids);
-	if (!s->have_tmpl)
-		return ds_errf(err, "the model names no chat template");
-	if (ds_chat_render(s->tmpl, msgs, n, 1, s->bos[0] ? s->bos : NULL,
-			   s->eos[0] ? s->eos : NULL, &text, err))
+	if (ds_session_render(s, messages, vars, 1, &text, &len, err))
 		return -1;
-	rc = encode(s, text, DS_TOK_NO_BOS, ids, err);   /* the template has it */
+	if (think != NULL)
+		*think = ds_chat_opens_think(text, len);
+	/* as apply_chat_template(tokenize=True): the template has the BOS */
+	rc = encode(s, text, len, DS_TOK_NO_BOS | DS_TOK_NO_EOS, ids, err);
 	free(text);
 	return rc;
 }

@@ -8,7 +8,7 @@
  *	ds_session s;
  *	ds_session_opts o = { .dir = "model", .slots = 4, .tok = DS_SESS_TOK_NEED };
  *	ds_session_open(&s, &o, &err);
- *	ds_session_chat(&s, msgs, n, &ids, &err);       // rendered, encoded
+ *	ds_session_chat(&s, messages, NULL, &ids, NULL, &err); // rendered, encoded
  *	ds_session_fit(&s, &ids, 128, 0, &err);         // checked against n_ctx
  *	... ds_sched_submit(s.sched, &req, ...) with ds_session_stops ...
  *	ds_session_close(&s);
@@ -24,7 +24,7 @@
 #include <stdint.h>
 
 #include "base/util.h"
-#include "chat/chat.h"
+#include "chat/template.h"
 #include "format/modelfile.h"
 #include "model/forward.h"
 #include "model/kvcache.h"
@@ -61,11 +61,25 @@ typedef struct ds_session_opts {
 	const char *chat_template;/* a template name that overrides the
 				     model's, or NULL */
 	const ds_fwd_ep *ep;      /* expert parallelism (forward.h), or NULL */
+	int follow;               /* an MPI rank that runs rank 0's batches:
+				     sized as rank 0's session, but opens no
+				     drafter (rank 0 drafts) */
 	/* speculative decoding (spec/drafter.h) */
 	enum ds_spec_kind spec;   /* DS_SPEC_NONE: off */
 	uint32_t spec_k;          /* drafts per step, 0: adaptive */
 	const char *draft_dir;    /* DS_SPEC_DRAFT: the draft model */
+	const char *chat_template_file; /* a Jinja file that does, or NULL */
+	/* the prompt cache (pcache.h, sched.h) */
+	int64_t cache_mib;        /* its memory in MiB; < 0: the default
+				     (ds_session_cache_default), 0: none */
+	const char *cache_dir;    /* kept there across runs, or NULL */
+	/* warnings after the load (cache files ignored): one line each */
+	void (*warn)(void *user, const char *line);
+	void *warn_user;
 } ds_session_opts;
+
+/* The default prompt cache: 2048 MiB, at most a quarter of the memory. */
+int64_t ds_session_cache_default(void);
 
 #define DS_SESSION_CTX 4096
 #define DS_SESSION_MAX_STOPS (DS_MAX_EOS + 4)
@@ -76,6 +90,7 @@ typedef struct ds_session {
 	ds_pool *pool;
 	ds_fwd *fwd;
 	ds_kvcache kv;
+	ds_pcache *pc;            /* the prompt cache, or NULL */
 	ds_sched *sched;
 	struct ds_drafter *drafter;  /* speculative decoding, or NULL */
 	ds_tok *tok;              /* NULL when not loaded */
@@ -84,33 +99,46 @@ typedef struct ds_session {
 	char warn[256];           /* the load's warning (a hugepages
 				     fallback), or "" */
 	/* chat */
-	int have_tmpl;            /* the model (or the options) name a
-				     template ds knows */
-	enum ds_chat_tmpl tmpl;
-	char bos[64], eos[64];    /* the tokenizer's BOS/EOS strings, or "" */
+	int have_tmpl;            /* tpl is made */
+	ds_chat_tpl tpl;          /* the options', else the model's template */
+	char tpl_warn[640];       /* why the model's Jinja template is not
+				     used (the fallback's), or "" */
+	char tpl_err[640];        /* without a template: why, for chat
+				     requests */
 	int32_t stop_ids[DS_SESSION_MAX_STOPS]; /* the model's end ids */
 	size_t n_stop_ids;
 	int32_t turn_end;         /* the template's end-of-turn id, or -1 */
 	/* what was opened, for ds_session_close */
 	int have_model, have_kv;
+	void (*warn_fn)(void *user, const char *line);  /* opts' warn */
+	void *warn_user;
 } ds_session;
 
 /* Open everything (a failure frees what was opened: close is still
  * safe).  The pool comes first, then the weights, the tokenizer, the
  * template and stops, the forward pass (batches of up to max(256,
  * slots + 1) entries, or what speculative steps of every slot take), the
- * cache, the drafter and the scheduler. */
+ * KV cache, the drafter, the prompt cache (read from its directory) and
+ * the scheduler.  Closing saves the prompt cache to its directory. */
 int ds_session_open(ds_session *s, const ds_session_opts *o, ds_err *err);
 void ds_session_close(ds_session *s);
 
 /* text -> ids, with BOS as the tokenizer's configuration says. */
 int ds_session_encode(const ds_session *s, const char *text, ds_tok_ids *ids,
 		      ds_err *err);
-/* A conversation rendered with the template (with the assistant's
- * generation prompt) and encoded; the rendering carries its own BOS.
- * -1 when the session has no template. */
-int ds_session_chat(const ds_session *s, const ds_chat_msg *msgs, size_t n,
-		    ds_tok_ids *ids, ds_err *err);
+/* A conversation (JSON messages, chat/template.h ds_chat_messages) with
+ * the template's extra variables vars (may be NULL) rendered with the
+ * assistant's generation prompt and encoded as apply_chat_template
+ * encodes it: special tokens matched, nothing added (the rendering
+ * carries its own BOS).  *think (may be NULL): the prompt leaves the
+ * model inside a <think> block.  -1 when the session has no template. */
+int ds_session_chat(const ds_session *s, const json_t *messages,
+		    const json_t *vars, ds_tok_ids *ids, int *think,
+		    ds_err *err);
+/* The rendering alone (add_gen: with the generation prompt). */
+int ds_session_render(const ds_session *s, const json_t *messages,
+		      const json_t *vars, int add_gen, char **text, size_t *len,
+		      ds_err *err);
 /* A prompt against the context: a prompt longer than n_ctx is an error,
  * or with truncate keeps its last n_ctx - reserve tokens, reserve =
  * min(n_predict, n_ctx / 2), n_ctx / 4 when n_predict < 0. */

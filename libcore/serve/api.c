@@ -372,103 +372,37 @@ static int get_prompt(json_t *o, const ds_api_limits *lim, ds_api_req *r,
 
 /* ---- messages (chat) ------------------------------------------------------------------ */
 
-/* A content: a string, or text parts [{"type": "text", "text": ...}]
- * joined with newlines. */
-static int get_content(json_t *c, const char *param, char **out, ds_api_err *e)
-{
-	char p[128];
-	size_t i, n = 0;
-	json_t *part;
-	char *s;
-
-	if (c == NULL || json_is_string(c)) {
-		*out = strdup(c ? json_string_value(c) : "");
-		return *out ? 0 : oom(e);
-	}
-	if (!json_is_array(c))
-		return ds_api_fail(e, 400, param, "%s: must be a string or an array "
-				   "of text parts", param);
-	json_array_foreach(c, i, part) {
-		json_t *t = json_object_get(part, "type"), *x = json_object_get(part, "text");
-
-		snprintf(p, sizeof p, "%s[%zu]", param, i);
-		if (!json_is_string(t) || strcmp(json_string_value(t), "text") != 0)
-			return ds_api_fail(e, 400, p, "%s: only parts of type \"text\" "
-					   "are supported", p);
-		if (!json_is_string(x))
-			return ds_api_fail(e, 400, p, "%s.text: must be a string", p);
-		n += json_string_length(x) + 1;
-	}
-	s = calloc(1, n + 1);
-	if (s == NULL)
-		return oom(e);
-	*out = s;
-	json_array_foreach(c, i, part) {
-		json_t *x = json_object_get(part, "text");
-
-		if (i)
-			*s++ = '\n';   /* not strcat: linear in the parts */
-		memcpy(s, json_string_value(x), json_string_length(x));
-		s += json_string_length(x);
-	}
-	*s = '\0';
-	return 0;
-}
-
-static int get_message(json_t *m, size_t i, ds_chat_msg *out, ds_api_err *e)
-{
-	static const char *const roles[] = { "system", "user", "assistant" };
-	char p[64], pc[80];
-	json_t *role = json_object_get(m, "role");
-	const char *rs;
-	size_t k;
-	char *content;
-
-	snprintf(p, sizeof p, "messages[%zu]", i);
-	if (!json_is_object(m))
-		return ds_api_fail(e, 400, p, "%s: must be an object", p);
-	snprintf(pc, sizeof pc, "%s.role", p);
-	if (!json_is_string(role))
-		return ds_api_fail(e, 400, pc, "%s: must be a string", pc);
-	rs = json_string_value(role);
-	if (strcmp(rs, "developer") == 0)   /* OpenAI's newer name */
-		rs = "system";
-	for (k = 0; k < 3 && strcmp(rs, roles[k]) != 0; k++)
-		;
-	if (k == 3)
-		return ds_api_fail(e, 400, pc, "%s: \"%.40s\" is not system, user or "
-				   "assistant", pc, json_string_value(role));
-	snprintf(pc, sizeof pc, "%s.content", p);
-	if (field(m, "tool_calls") || field(m, "function_call"))
-		return ds_api_fail(e, 400, p, "%s: tool calls are not supported", p);
-	if (field(m, "content") == NULL && k != 2)
-		return ds_api_fail(e, 400, pc, "%s: missing", pc);
-	if (get_content(field(m, "content"), pc, &content, e))
-		return -1;
-	out->role = roles[k];
-	out->content = content;
-	return 0;
-}
-
 static int get_messages(json_t *o, ds_api_req *r, ds_api_err *e)
 {
-	json_t *v = field(o, "messages"), *m;
-	size_t i;
+	char param[96];
+	ds_err err;
 
+	if (ds_chat_messages(field(o, "messages"), 0, &r->messages, param,
+			     sizeof param, &err) ||
+	    ds_chat_kwargs(field(o, "chat_template_kwargs"), &r->tpl_vars, param,
+			   sizeof param, &err))
+		return ds_api_fail(e, strcmp(err.msg, "out of memory") ? 400 : 500,
+				   param, "%s", err.msg);
+	return 0;
+}
+
+/* llama.cpp server's names: "auto" is the server's choice. */
+static int get_reasoning(json_t *o, ds_api_req *r, ds_api_err *e)
+{
+	json_t *v = field(o, "reasoning_format");
+	const char *s;
+
+	r->reasoning = DS_REASON_AUTO;
 	if (v == NULL)
-		return ds_api_fail(e, 400, "messages", "messages: missing");
-	if (!json_is_array(v))
-		return ds_api_fail(e, 400, "messages", "messages: must be an array");
-	if (json_array_size(v) == 0)
-		return ds_api_fail(e, 400, "messages", "messages: empty");
-	r->msgs = calloc(json_array_size(v), sizeof *r->msgs);
-	if (r->msgs == NULL)
-		return oom(e);
-	json_array_foreach(v, i, m) {
-		if (get_message(m, i, &r->msgs[i], e))
-			return -1;
-		r->n_msgs++;
-	}
+		return 0;
+	s = json_string_value(v);
+	if (s != NULL && strcmp(s, "none") == 0)
+		r->reasoning = DS_REASON_NONE;
+	else if (s != NULL && strcmp(s, "deepseek") == 0)
+		r->reasoning = DS_REASON_DEEPSEEK;
+	else if (s == NULL || strcmp(s, "auto") != 0)
+		return ds_api_fail(e, 400, "reasoning_format", "reasoning_format: "
+				   "none, deepseek or auto");
 	return 0;
 }
 
@@ -481,6 +415,9 @@ static int parse_fields(json_t *o, ds_api_req *r, const ds_api_limits *lim,
 
 	if (model && !json_is_null(model) && !json_is_string(model))
 		return ds_api_fail(e, 400, "model", "model: must be a string");
+	if (r->kind == DS_API_TEMPLATE)
+		return get_bool(o, "add_generation_prompt", &r->add_gen, e) ||
+		       get_messages(o, r, e) ? -1 : 0;
 	if (unsupported(o, e) || get_sampling(o, r, e) || get_max_tokens(o, r, e) ||
 	    get_stops(o, r, e) || get_stream(o, r, e) ||
 	    get_bool(o, "ignore_eos", &r->ignore_eos, e) ||
@@ -488,7 +425,7 @@ static int parse_fields(json_t *o, ds_api_req *r, const ds_api_limits *lim,
 	    get_bool(o, "speculative", &r->speculative, e))
 		return -1;
 	if (r->kind == DS_API_CHAT)
-		return get_messages(o, r, e);
+		return get_reasoning(o, r, e) || get_messages(o, r, e) ? -1 : 0;
 	return get_prompt(o, lim, r, e);
 }
 
@@ -501,6 +438,8 @@ int ds_api_parse(ds_api_req *r, enum ds_api_kind kind, const char *body,
 	memset(r, 0, sizeof *r);
 	r->kind = kind;
 	r->speculative = 1;
+	r->add_gen = 1;
+	r->reasoning = DS_REASON_AUTO;
 	ds_sampler_defaults(&r->sp);
 	if ((o = load_object(body, len, e)) == NULL)
 		return -1;
@@ -519,9 +458,8 @@ void ds_api_req_free(ds_api_req *r)
 
 	free(r->prompt);
 	free(r->ids);
-	for (i = 0; i < r->n_msgs; i++)
-		free((char *)r->msgs[i].content);
-	free(r->msgs);
+	json_decref(r->messages);
+	json_decref(r->tpl_vars);
 	for (i = 0; i < r->n_stops; i++)
 		free(r->stops[i]);
 	free(r->stops);
@@ -599,10 +537,12 @@ static json_t *text_json(const ds_api_out *o)
 
 static json_t *usage_json(const ds_api_out *o)
 {
-	return json_pack("{s:I, s:I, s:I}", "prompt_tokens",
+	return json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens",
 			 (json_int_t)o->prompt_tokens, "completion_tokens",
 			 (json_int_t)o->completion_tokens, "total_tokens",
-			 (json_int_t)(o->prompt_tokens + o->completion_tokens));
+			 (json_int_t)(o->prompt_tokens + o->completion_tokens),
+			 "prompt_tokens_details", "cached_tokens",
+			 (json_int_t)o->cached_tokens);
 }
 
 /* {"id", "object", "created", "model"} */
@@ -620,29 +560,38 @@ static char *dump(json_t *j)
 	return s;
 }
 
+/* choices[0].tokens: the ids of the answer, or of a chunk's text. */
+static void add_tokens(json_t *choice, const ds_api_out *o)
+{
+	json_t *t = json_array();
+	size_t i;
+
+	for (i = 0; t && i < o->n_tokens; i++)
+		json_array_append_new(t, json_integer(o->tokens[i]));
+	json_object_set_new(choice, "tokens", t);
+}
+
 char *ds_api_answer(const ds_api_out *o)
 {
 	int chat = o->kind == DS_API_CHAT;
 	json_t *j = head_json(o, chat ? "chat.completion" : "text_completion");
 	json_t *choice;
 
-	if (chat)
+	if (chat) {
 		choice = json_pack("{s:i, s:{s:s, s:o}, s:n, s:s?}", "index", 0,
 				   "message", "role", "assistant", "content",
 				   text_json(o), "logprobs", "finish_reason",
 				   o->finish);
-	else
+		if (choice && o->n_reasoning > 0)
+			json_object_set_new(json_object_get(choice, "message"),
+					    "reasoning_content",
+					    ds_json_text(o->reasoning, o->n_reasoning));
+	} else
 		choice = json_pack("{s:i, s:o, s:n, s:s?}", "index", 0, "text",
 				   text_json(o), "logprobs", "finish_reason",
 				   o->finish);
-	if (choice && o->with_tokens) {
-		json_t *t = json_array();
-		size_t i;
-
-		for (i = 0; t && i < o->n_tokens; i++)
-			json_array_append_new(t, json_integer(o->tokens[i]));
-		json_object_set_new(choice, "tokens", t);
-	}
+	if (choice && o->with_tokens)
+		add_tokens(choice, o);
 	if (j == NULL || choice == NULL ||
 	    json_object_set_new(j, "choices", json_pack("[o]", choice)) ||
 	    json_object_set_new(j, "usage", usage_json(o))) {
@@ -669,6 +618,13 @@ static json_t *chunk_choice(const ds_api_out *o, enum ds_api_chunk what)
 		return json_pack("{s:i, s:{}, s:n, s:s?}", "index", 0, "delta",
 				 "logprobs", "finish_reason", fin);
 	}
+	if (what == DS_CHUNK_REASONING) {
+		json_decref(t);
+		return json_pack("{s:i, s:{s:o}, s:n, s:n}", "index", 0, "delta",
+				 "reasoning_content",
+				 ds_json_text(o->reasoning, o->reasoning ? o->n_reasoning : 0),
+				 "logprobs", "finish_reason");
+	}
 	return json_pack("{s:i, s:{s:o}, s:n, s:n}", "index", 0, "delta",
 			 "content", t, "logprobs", "finish_reason");
 }
@@ -685,9 +641,13 @@ char *ds_api_chunk(const ds_api_out *o, enum ds_api_chunk what, size_t *len)
 	if (what == DS_CHUNK_USAGE)
 		rc = json_object_set_new(j, "choices", json_array()) ||
 		     json_object_set_new(j, "usage", usage_json(o));
-	else
-		rc = json_object_set_new(j, "choices",
-					 json_pack("[o]", chunk_choice(o, what)));
+	else {
+		json_t *c = chunk_choice(o, what);
+
+		if (c && what == DS_CHUNK_TEXT && o->with_tokens)
+			add_tokens(c, o);
+		rc = json_object_set_new(j, "choices", json_pack("[o]", c));
+	}
 	if (rc) {
 		json_decref(j);
 		return NULL;

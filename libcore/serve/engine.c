@@ -32,6 +32,12 @@ static void logf_(const ds_eng *e, const char *fmt, ...)
 
 /* ---- loading ------------------------------------------------------------------------ */
 
+/* The session's warnings (prompt cache files ignored). */
+static void warn_line(void *user, const char *line)
+{
+	logf_(user, "warning: %s", line);
+}
+
 static void *driver(void *arg)
 {
 	ds_eng *e = arg;
@@ -49,8 +55,15 @@ void ds_srv_session_opts(const ds_srv_opts *o, ds_session_opts *so)
 		.dir = o->model_dir, .threads = o->threads, .cpus = o->cpus,
 		.load = { .hugepages = o->hugepages }, .ctx_size = o->ctx_size,
 		.slots = o->parallel, .kv_type = DS_KV_F16, .tok = DS_SESS_TOK_NEED,
-		.tok_why = "ds-serve needs",
+		.tok_why = "ds-serve needs", .chat_template = o->chat_template,
+		.chat_template_file = o->chat_template_file,
+		.cache_mib = o->cache_mib, .cache_dir = o->cache_dir,
+		.warn = warn_line, .spec_k = o->spec_k, .draft_dir = o->draft,
 	};
+	/* checked when the options were read; the ranks' batches must be
+	 * sized alike */
+	if (o->spec && ds_spec_parse(o->spec, &so->spec, NULL))
+		so->spec = DS_SPEC_NONE;
 }
 
 int ds_eng_load(ds_eng *e, const ds_srv_opts *o, ds_metrics *mt, ds_err *err)
@@ -58,6 +71,7 @@ int ds_eng_load(ds_eng *e, const ds_srv_opts *o, ds_metrics *mt, ds_err *err)
 	ds_session_opts so;
 
 	ds_srv_session_opts(o, &so);
+	so.warn_user = e;
 	e->o = o;
 	e->metrics = mt;
 	if (o->numa && ds_numa_parse(o->numa, &so.load.numa, err))
@@ -70,8 +84,6 @@ int ds_eng_load(ds_eng *e, const ds_srv_opts *o, ds_metrics *mt, ds_err *err)
 	}
 	if (o->spec && ds_spec_parse(o->spec, &so.spec, err))
 		return ds_err_prefix(err, "--spec %s", o->spec);
-	so.spec_k = o->spec_k;
-	so.draft_dir = o->draft;
 	e->have_s = 1;      /* closable whatever the outcome */
 	if (ds_session_open(&e->s, &so, err))
 		return -1;
@@ -116,11 +128,13 @@ void ds_eng_counts(ds_eng *e, size_t *queued, size_t *running)
 
 /* ---- prompts ----------------------------------------------------------------------------- */
 
-static int prompt_ids(ds_eng *e, const ds_api_req *r, ds_tok_ids *ids, ds_err *err)
+static int prompt_ids(ds_eng *e, const ds_api_req *r, ds_tok_ids *ids,
+		      int *think, ds_err *err)
 {
 	memset(ids, 0, sizeof *ids);
+	*think = 0;
 	if (r->kind == DS_API_CHAT)
-		return ds_session_chat(&e->s, r->msgs, r->n_msgs, ids, err);
+		return ds_session_chat(&e->s, r->messages, r->tpl_vars, ids, think, err);
 	if (r->ids == NULL)
 		return ds_session_encode(&e->s, r->prompt, ids, err);
 	if (ds_grow((void **)&ids->v, &ids->cap, r->n_ids, sizeof *ids->v))
@@ -131,7 +145,7 @@ static int prompt_ids(ds_eng *e, const ds_api_req *r, ds_tok_ids *ids, ds_err *e
 }
 
 int ds_eng_prompt(ds_eng *e, const ds_api_req *r, int32_t **out, size_t *n,
-		  ds_api_err *ae)
+		  int *think, ds_api_err *ae)
 {
 	const char *param = r->kind == DS_API_CHAT ? "messages" : "prompt";
 	ds_tok_ids ids;
@@ -141,9 +155,9 @@ int ds_eng_prompt(ds_eng *e, const ds_api_req *r, int32_t **out, size_t *n,
 	*out = NULL;
 	*n = 0;
 	if (r->kind == DS_API_CHAT && !e->s.have_tmpl)
-		return ds_api_fail(ae, 400, "messages", "messages: the model names "
-				   "no chat template: use /v1/completions");
-	if (prompt_ids(e, r, &ids, &err))
+		return ds_api_fail(ae, 400, "messages", "messages: %s: use "
+				   "/v1/completions, or --chat-template", e->s.tpl_err);
+	if (prompt_ids(e, r, &ids, think, &err))
 		rc = ds_api_fail(ae, 400, param, "%s: %s", param, err.msg);
 	else if (ids.n == 0)
 		rc = ds_api_fail(ae, 400, param, "%s: no tokens", param);
@@ -206,32 +220,50 @@ static void keep_id(ds_job *j, int32_t id)
 	j->ids[j->n_ids++] = id;
 }
 
-/* Append shown text, and the id (-1: none) (driver thread). */
-static void append(ds_job *j, const char *s, size_t n, int32_t id)
+/* Append n bytes to a growing buffer (under j->mu); 0 when out of memory. */
+static int add_bytes(char **buf, size_t *len, size_t *cap, const char *s, size_t n)
+{
+	if (n == 0)
+		return 1;
+	if (ds_grow((void **)buf, cap, *len + n + 1, 1))
+		return 0;
+	memcpy(*buf + *len, s, n);
+	*len += n;
+	(*buf)[*len] = '\0';
+	return 1;
+}
+
+/* Append shown text and reasoning, and the id (-1: none) (driver thread). */
+static void append(ds_job *j, const char *s, size_t n, const char *th,
+		   size_t nth, int32_t id)
 {
 	pthread_mutex_lock(&j->mu);
 	keep_id(j, id);
-	if (n > 0 && j->n_text + n + 1 > j->cap_text) {
-		size_t c = j->cap_text ? j->cap_text : 256;
-		char *p;
-
-		while (c < j->n_text + n + 1)
-			c *= 2;
-		p = realloc(j->text, c);
-		if (p == NULL) {
-			j->failed = 1;
-			n = 0;
-		} else {
-			j->text = p;
-			j->cap_text = c;
-		}
-	}
-	if (n > 0) {
-		memcpy(j->text + j->n_text, s, n);
-		j->n_text += n;
-		j->text[j->n_text] = '\0';
-	}
+	if (!add_bytes(&j->text, &j->n_text, &j->cap_text, s, n) ||
+	    !add_bytes(&j->think, &j->n_think, &j->cap_think, th, nth))
+		j->failed = 1;
 	pthread_mutex_unlock(&j->mu);
+}
+
+/* What the stop strings let through: split into reasoning and content
+ * when asked, then to the job; 1 when there is something to show. */
+static int shown(ds_job *j, int32_t id, int last)
+{
+	ds_reason_out *o = &j->ro;
+	ds_err err;
+	int rc = 0;
+
+	if (!j->split) {
+		append(j, j->to.shown, j->to.n_shown, NULL, 0, id);
+		return j->to.n_shown > 0;
+	}
+	o->n_think = o->n_content = 0;
+	if (ds_reason_push(&j->rs, j->to.shown, j->to.n_shown, o, &err) ||
+	    (last && ds_reason_finish(&j->rs, o, &err)))
+		j->failed = 1;
+	rc = o->n_think + o->n_content > 0;
+	append(j, o->content, o->n_content, o->think, o->n_think, id);
+	return rc;
 }
 
 /* A token's text through the stop strings; 1 when a stop string ended it.
@@ -247,9 +279,9 @@ static int cb_token(void *u, int32_t t)
 		j->failed = 1;
 		stop = 1;
 	}
-	append(j, j->to.shown, j->to.n_shown, t);
 	ds_metrics_tokens(j->eng->metrics, 1, ds_now_s());
-	if (j->to.n_shown > 0)
+	/* a stream with return_tokens sends each id at once, text or not */
+	if (shown(j, t, 0) || (j->keep_ids && j->stream))
 		wake(j);
 	return stop;
 }
@@ -261,7 +293,7 @@ static void text_tail(ds_job *j)
 
 	if (ds_textout_finish(&j->to, &err))
 		j->failed = 1;
-	append(j, j->to.shown, j->to.n_shown, -1);
+	shown(j, -1, 1);
 }
 
 static void cb_done(void *u, enum ds_finish why, const ds_req_stats *st)
@@ -272,13 +304,17 @@ static void cb_done(void *u, enum ds_finish why, const ds_req_stats *st)
 
 	if (!j->to.stop_hit)
 		text_tail(j);
+	else if (j->split) {
+		j->to.n_shown = 0;  /* shown already: the splitter's held text */
+		shown(j, -1, 1);
+	}
 	pthread_mutex_lock(&j->mu);
 	j->done = 1;
 	j->why = why;
 	j->st = *st;
 	pthread_mutex_unlock(&j->mu);
-	ds_metrics_finish(e->metrics, why, j->n_prompt, st->completion_tokens,
-			  st->t_end - j->t_arrival, ttft);
+	ds_metrics_finish(e->metrics, why, j->n_prompt, st->cached_tokens,
+			  st->completion_tokens, st->t_end - j->t_arrival, ttft);
 	atomic_fetch_sub(&e->inflight, 1);
 	wake(j);
 	ds_job_release(j);
@@ -293,7 +329,21 @@ static uint64_t fresh_seed(ds_eng *e)
 	return s ^ ++e->seed_ctr * 0x9e3779b97f4a7c15ull;
 }
 
-static ds_job *job_new(ds_eng *e, const ds_api_req *r, size_t n,
+/* The request's reasoning_format, else the server's, else the template's
+ * way: apart for templates that know <think>. */
+static int splits(const ds_eng *e, const ds_api_req *r)
+{
+	enum ds_reasoning f = r->reasoning != DS_REASON_AUTO ? r->reasoning
+							      : e->o->reasoning;
+
+	if (r->kind != DS_API_CHAT)
+		return 0;
+	if (f == DS_REASON_AUTO)
+		return e->s.have_tmpl && e->s.tpl.think;
+	return f == DS_REASON_DEEPSEEK;
+}
+
+static ds_job *job_new(ds_eng *e, const ds_api_req *r, size_t n, int think,
 		       double t_arrival)
 {
 	ds_job *j = calloc(1, sizeof *j);
@@ -311,15 +361,20 @@ static ds_job *job_new(ds_eng *e, const ds_api_req *r, size_t n,
 	j->refs = 2;                /* the connection's and the scheduler's */
 	j->eng = e;
 	j->stream = r->stream;
-	j->keep_ids = r->return_tokens && !r->stream;
+	j->keep_ids = r->return_tokens;
 	j->t_arrival = t_arrival;
 	j->n_prompt = n;
+	j->split = splits(e, r);
+	ds_reason_init(&j->rs, think);
 	return j;
 }
 
 static void job_free(ds_job *j)
 {
 	ds_textout_free(&j->to);
+	ds_reason_free(&j->rs);
+	ds_reason_out_free(&j->ro);
+	free(j->think);
 	pthread_mutex_destroy(&j->mu);
 	close(j->efd);
 	free(j->text);
@@ -350,10 +405,11 @@ static void make_req(ds_eng *e, const ds_api_req *r, const int32_t *ids,
 }
 
 int ds_job_submit(ds_eng *e, const ds_api_req *r, const int32_t *ids,
-		  size_t n, double t_arrival, ds_job **out, ds_api_err *ae)
+		  size_t n, int think, double t_arrival, ds_job **out,
+		  ds_api_err *ae)
 {
 	int32_t stops[DS_SESSION_MAX_STOPS + 1];
-	ds_job *j = job_new(e, r, n, t_arrival);
+	ds_job *j = job_new(e, r, n, think, t_arrival);
 	ds_req q;
 	ds_err err;
 	int rc = 0;

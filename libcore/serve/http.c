@@ -194,7 +194,7 @@ static enum MHD_Result reply_json(rctx *q, int status, json_t *j)
 static int is_post(enum ds_ep ep)
 {
 	return ep == DS_EP_COMPLETIONS || ep == DS_EP_CHAT || ep == DS_EP_TOKENIZE ||
-	       ep == DS_EP_DETOKENIZE;
+	       ep == DS_EP_DETOKENIZE || ep == DS_EP_APPLY_TEMPLATE;
 }
 
 static enum MHD_Result reply_err(rctx *q, const ds_api_err *e)
@@ -324,8 +324,11 @@ static enum MHD_Result answer_whole(rctx *q)
 		return reply_err(q, &e);
 	pthread_mutex_lock(&j->mu);
 	out_init(q, &o, j->text, j->n_text);
+	o.reasoning = j->think;
+	o.n_reasoning = j->n_think;
 	o.finish = ds_finish_name(why);
 	o.completion_tokens = st.completion_tokens;
+	o.cached_tokens = st.cached_tokens;
 	o.tokens = j->ids;
 	o.n_tokens = j->n_ids;
 	o.with_tokens = j->keep_ids;
@@ -378,6 +381,7 @@ static int stream_end(rctx *q, ds_api_out *o, enum ds_finish why,
 	} else {
 		o->finish = ds_finish_name(why);
 		o->completion_tokens = st->completion_tokens;
+		o->cached_tokens = st->cached_tokens;
 		rc = add_chunk(q, o, DS_CHUNK_FINISH);
 		if (rc == 0 && q->req.include_usage)
 			rc = add_chunk(q, o, DS_CHUNK_USAGE);
@@ -390,8 +394,9 @@ static int stream_end(rctx *q, ds_api_out *o, enum ds_finish why,
 static int stream_fill(rctx *q)
 {
 	ds_job *j = q->job;
-	char *text;
-	size_t n;
+	char *text, *think;
+	int32_t *ids;
+	size_t n, nt, ni;
 	int done;
 	enum ds_finish why;
 	ds_req_stats st;
@@ -407,19 +412,38 @@ static int stream_fill(rctx *q)
 	pthread_mutex_lock(&j->mu);
 	text = j->text;
 	n = j->n_text;
-	j->text = NULL;
-	j->n_text = j->cap_text = 0;
+	think = j->think;
+	nt = j->n_think;
+	ids = j->ids;
+	ni = j->n_ids;
+	j->text = j->think = NULL;
+	j->ids = NULL;
+	j->n_text = j->cap_text = j->n_think = j->cap_think = 0;
+	j->n_ids = j->cap_ids = 0;
 	done = j->done;
 	why = j->why;
 	st = j->st;
 	pthread_mutex_unlock(&j->mu);
 	o.text = text;
 	o.n_text = n;
-	if (n > 0)
+	o.reasoning = think;
+	o.n_reasoning = nt;
+	/* the reasoning came first */
+	if (nt > 0)
+		rc = add_chunk(q, &o, DS_CHUNK_REASONING);
+	o.tokens = ids;
+	o.n_tokens = ni;
+	o.with_tokens = j->keep_ids;
+	if (rc == 0 && (n > 0 || ni > 0))
 		rc = add_chunk(q, &o, DS_CHUNK_TEXT);
+	o.with_tokens = 0;
+	o.tokens = NULL;
+	o.n_tokens = 0;
 	free(text);
-	o.text = NULL;
-	o.n_text = 0;
+	free(think);
+	free(ids);
+	o.text = o.reasoning = NULL;
+	o.n_text = o.n_reasoning = 0;
 	if (rc == 0 && done)
 		rc = stream_end(q, &o, why, &st);
 	return rc;
@@ -492,15 +516,15 @@ static enum MHD_Result generate(rctx *q, enum ds_api_kind kind)
 	ds_api_err e;
 	int32_t *ids;
 	size_t n;
-	int rc;
+	int rc, think;
 
 	if (!atomic_load(&s->ready) || atomic_load(&s->draining))
 		return not_ready(q);
 	lim = limits(s);
 	if (ds_api_parse(&q->req, kind, q->body ? q->body : "", q->n_body, &lim, &e) ||
-	    ds_eng_prompt(&s->eng, &q->req, &ids, &n, &e))
+	    ds_eng_prompt(&s->eng, &q->req, &ids, &n, &think, &e))
 		return reply_err(q, &e);
-	rc = ds_job_submit(&s->eng, &q->req, ids, n, q->t0, &q->job, &e);
+	rc = ds_job_submit(&s->eng, &q->req, ids, n, think, q->t0, &q->job, &e);
 	free(ids);
 	if (rc)
 		return reply_err(q, &e);
@@ -544,12 +568,18 @@ static enum MHD_Result models(rctx *q)
 static enum MHD_Result metrics(rctx *q)
 {
 	ds_srv *s = q->s;
-	ds_metrics_now g = {
-		.ready = atomic_load(&s->ready), .slots = s->o.parallel,
-		.queue_limit = s->o.queue
-	};
+	ds_metrics_now g = { .ready = atomic_load(&s->ready), .slots = s->o.parallel,
+			     .queue_limit = s->o.queue };
 
 	ds_eng_counts(&s->eng, &g.queued, &g.running);
+	if (g.ready && s->eng.s.pc != NULL) {
+		ds_pcache_stats ps;
+
+		ds_pcache_get_stats(s->eng.s.pc, &ps);
+		g.cache_bytes = ps.bytes;
+		g.cache_limit = ps.max_bytes;
+		g.cache_blocks = ps.blocks;
+	}
 	return reply(q, 200, "text/plain; version=0.0.4; charset=utf-8",
 		     ds_metrics_render(s->metrics, &g, ds_now_s()));
 }
@@ -633,6 +663,33 @@ static enum MHD_Result detokenize(rctx *q)
 	return reply_json(q, 200, j);
 }
 
+/* llama.cpp server's /apply-template: a chat body's prompt, as text. */
+static enum MHD_Result apply_template(rctx *q)
+{
+	ds_srv *s = q->s;
+	ds_api_limits lim;
+	ds_api_err e;
+	ds_err err;
+	char *text;
+	size_t len;
+	json_t *j;
+
+	if (!atomic_load(&s->ready))
+		return not_ready(q);
+	lim = limits(s);
+	if (ds_api_parse(&q->req, DS_API_TEMPLATE, q->body ? q->body : "", q->n_body,
+			 &lim, &e))
+		return reply_err(q, &e);
+	if (ds_session_render(&s->eng.s, q->req.messages, q->req.tpl_vars,
+			      q->req.add_gen, &text, &len, &err)) {
+		ds_api_fail(&e, 400, "messages", "messages: %s", err.msg);
+		return reply_err(q, &e);
+	}
+	j = json_pack("{s:o}", "prompt", ds_json_text(text, len));
+	free(text);
+	return reply_json(q, 200, j);
+}
+
 static enum MHD_Result dispatch(rctx *q)
 {
 	switch (q->ep) {
@@ -643,6 +700,7 @@ static enum MHD_Result dispatch(rctx *q)
 	case DS_EP_METRICS: return metrics(q);
 	case DS_EP_TOKENIZE: return tokenize(q);
 	case DS_EP_DETOKENIZE: return detokenize(q);
+	case DS_EP_APPLY_TEMPLATE: return apply_template(q);
 	default: return fail(q, 404, NULL, "no such endpoint");
 	}
 }
@@ -1030,7 +1088,22 @@ int ds_srv_load(ds_srv *s, ds_err *err)
 	     "threads, kernels %s, chat template %s", s->model_name,
 	     ds_now_s() - t0, ds_arch_name(e->s.m.hp.arch), e->s.kv.n_slot, e->s.n_ctx,
 	     ds_pool_threads(e->s.pool), ds_kernels_name(),
-	     e->s.have_tmpl ? ds_chat_name(e->s.tmpl) : "none");
+	     e->s.have_tmpl ? ds_chat_tpl_kind(&e->s.tpl) : "none");
+	if (e->s.pc != NULL) {
+		ds_pcache_stats ps;
+
+		ds_pcache_get_stats(e->s.pc, &ps);
+		slog(s, "prompt cache: %.0f MiB in blocks of %d positions (%zu bytes "
+		     "each)%s%s: %zu blocks read, %zu files ignored",
+		     ps.max_bytes / 1048576.0, DS_PCACHE_BLOCK, ps.block_bytes,
+		     s->o.cache_dir ? " in " : "", s->o.cache_dir ? s->o.cache_dir : "",
+		     ps.blocks, ps.ignored);
+	}
+	if (e->s.tpl_warn[0])
+		slog(s, "warning: %s", e->s.tpl_warn);
+	else if (!e->s.have_tmpl && strcmp(e->s.tpl_err, "the model names no chat "
+						  "template") != 0)
+		slog(s, "warning: %s", e->s.tpl_err);
 	return 0;
 }
 

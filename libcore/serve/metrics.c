@@ -18,7 +18,7 @@
 
 static const char *const ep_paths[DS_EP_N] = {
 	"/v1/completions", "/v1/chat/completions", "/v1/models", "/health",
-	"/metrics", "/tokenize", "/detokenize", "other",
+	"/metrics", "/tokenize", "/detokenize", "/apply-template", "other",
 };
 
 /* Statuses counted by value; anything else is "other". */
@@ -46,6 +46,8 @@ struct ds_metrics {
 	uint64_t answers[DS_EP_N][N_STATUS];
 	uint64_t finished[4];       /* by enum ds_finish */
 	uint64_t prompt_tokens, gen_tokens;
+	uint64_t cache_hits, cache_tokens; /* requests that took cached rows;
+					      the prompt tokens they took */
 	hist lat, ttft;
 	/* generated tokens in each of the last seconds: ring by second */
 	uint64_t sec_tokens[RATE_WINDOW + 1];
@@ -136,12 +138,14 @@ static void observe(hist *h, double v)
 }
 
 void ds_metrics_finish(ds_metrics *m, enum ds_finish why, size_t prompt,
-		       size_t gen, double latency, double ttft)
+		       size_t cached, size_t gen, double latency, double ttft)
 {
 	pthread_mutex_lock(&m->mu);
 	if ((unsigned)why < 4)
 		m->finished[why]++;
 	m->prompt_tokens += prompt;
+	m->cache_hits += cached > 0;
+	m->cache_tokens += cached;
 	m->gen_tokens += gen;
 	observe(&m->lat, latency < 0 ? 0 : latency);
 	if (ttft >= 0)
@@ -259,6 +263,15 @@ static void put_gauges(buf *b, const ds_metrics_now *g, double tps)
 	meta(b, "ds_generation_tokens_per_second", "gauge",
 	     "Tokens generated per second over the last 10 seconds.");
 	put(b, "ds_generation_tokens_per_second %.3f\n", tps);
+	meta(b, "ds_prompt_cache_bytes", "gauge",
+	     "Memory of the prompt cache's blocks.");
+	put(b, "ds_prompt_cache_bytes %zu\n", g->cache_bytes);
+	meta(b, "ds_prompt_cache_limit_bytes", "gauge",
+	     "What the prompt cache may take (--cache-ram).");
+	put(b, "ds_prompt_cache_limit_bytes %zu\n", g->cache_limit);
+	meta(b, "ds_prompt_cache_blocks", "gauge",
+	     "Blocks of positions held in the prompt cache.");
+	put(b, "ds_prompt_cache_blocks %zu\n", g->cache_blocks);
 }
 
 char *ds_metrics_render(ds_metrics *m, const ds_metrics_now *g, double now)
@@ -280,6 +293,13 @@ char *ds_metrics_render(ds_metrics *m, const ds_metrics_now *g, double now)
 	put(&b, "ds_prompt_tokens_total %llu\n", (unsigned long long)m->prompt_tokens);
 	meta(&b, "ds_generated_tokens_total", "counter", "Tokens generated.");
 	put(&b, "ds_generated_tokens_total %llu\n", (unsigned long long)m->gen_tokens);
+	meta(&b, "ds_prompt_cache_hits_total", "counter",
+	     "Generations that started from cached prompt positions.");
+	put(&b, "ds_prompt_cache_hits_total %llu\n", (unsigned long long)m->cache_hits);
+	meta(&b, "ds_prompt_cache_tokens_total", "counter",
+	     "Prompt tokens taken from the prompt cache, not computed.");
+	put(&b, "ds_prompt_cache_tokens_total %llu\n",
+	    (unsigned long long)m->cache_tokens);
 	put_gauges(&b, g, rate(m, now));
 	put_hist(&b, "ds_request_duration_seconds",
 		 "Generation requests from arrival to their last token.", &m->lat);

@@ -24,14 +24,27 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "chat/chat.h"
+#include <jansson.h>
+
+#include "chat/template.h"
 #include "runtime/sampler.h"
 #include "runtime/sched.h"
 #include "base/util.h"
 
 /* ---- requests and answers (api.c) -------------------------------------------- */
 
-enum ds_api_kind { DS_API_COMPLETION, DS_API_CHAT };
+enum ds_api_kind {
+	DS_API_COMPLETION,          /* /v1/completions */
+	DS_API_CHAT,                /* /v1/chat/completions */
+	DS_API_TEMPLATE,            /* /apply-template: a chat body, rendered */
+};
+
+/* reasoning_format: what becomes of a <think> block in a chat answer. */
+enum ds_reasoning {
+	DS_REASON_AUTO = -1,        /* the server's --reasoning-format */
+	DS_REASON_NONE = 0,         /* left in the content, as generated */
+	DS_REASON_DEEPSEEK = 1,     /* message.reasoning_content, apart */
+};
 
 /* An answer other than 200: the HTTP status, OpenAI's error "type" and
  * "code" (NULL: null), the request field at fault ("prompt[3]", "" for
@@ -65,8 +78,11 @@ typedef struct ds_api_req {
 	char *prompt;               /* completion given as text, or NULL */
 	int32_t *ids;               /* completion given as token ids */
 	size_t n_ids;
-	ds_chat_msg *msgs;          /* chat; role and content owned here */
-	size_t n_msgs;
+	json_t *messages;           /* chat: the conversation (ds_chat_messages) */
+	json_t *tpl_vars;           /* chat_template_kwargs, or NULL */
+	int add_gen;                /* add_generation_prompt (/apply-template;
+				       chat answers always have it) */
+	enum ds_reasoning reasoning;/* reasoning_format */
 	ds_sampler_params sp;
 	int seed_set;
 	int64_t max_tokens;         /* -1: not given */
@@ -110,8 +126,13 @@ typedef struct ds_api_out {
 	const char *model;
 	const char *text;
 	size_t n_text;
+	const char *reasoning;      /* chat: the reasoning apart (reasoning_content),
+				       shown when n_reasoning > 0 */
+	size_t n_reasoning;
 	const char *finish;         /* "stop", "length"; NULL: not yet */
 	size_t prompt_tokens, completion_tokens;
+	size_t cached_tokens;       /* of the prompt, from the prompt cache
+				       (usage.prompt_tokens_details) */
 	const int32_t *tokens;      /* the answer's ids, stop ids excluded; */
 	size_t n_tokens;            /* shown as choices[0].tokens when */
 	int with_tokens;            /* with_tokens (ds_api_answer) */
@@ -124,6 +145,7 @@ char *ds_api_answer(const ds_api_out *o);
 enum ds_api_chunk {
 	DS_CHUNK_ROLE,              /* chat: delta {role, content ""} */
 	DS_CHUNK_TEXT,              /* text (delta.content) */
+	DS_CHUNK_REASONING,         /* chat: reasoning (delta.reasoning_content) */
 	DS_CHUNK_FINISH,            /* finish_reason, empty text/delta */
 	DS_CHUNK_USAGE,             /* choices [] and usage */
 };
@@ -147,7 +169,8 @@ int ds_api_length_check(const char *value, size_t max);
 /* Endpoints as metric labels: a fixed set, so no request can add series. */
 enum ds_ep {
 	DS_EP_COMPLETIONS, DS_EP_CHAT, DS_EP_MODELS, DS_EP_HEALTH,
-	DS_EP_METRICS, DS_EP_TOKENIZE, DS_EP_DETOKENIZE, DS_EP_OTHER, DS_EP_N
+	DS_EP_METRICS, DS_EP_TOKENIZE, DS_EP_DETOKENIZE, DS_EP_APPLY_TEMPLATE,
+	DS_EP_OTHER, DS_EP_N
 };
 
 /* "/v1/completions" ... ; DS_EP_OTHER for any other path. */
@@ -161,6 +184,7 @@ typedef struct ds_metrics_now {
 	int ready;                  /* the model is loaded */
 	size_t queued, running;     /* scheduler requests */
 	size_t slots, queue_limit;
+	size_t cache_bytes, cache_limit, cache_blocks; /* the prompt cache's */
 } ds_metrics_now;
 
 int ds_metrics_init(ds_metrics **m, ds_err *err);
@@ -169,10 +193,11 @@ void ds_metrics_free(ds_metrics *m);
 void ds_metrics_answer(ds_metrics *m, enum ds_ep ep, int status);
 /* n generated tokens at time now (seconds, ds_now_s). */
 void ds_metrics_tokens(ds_metrics *m, size_t n, double now);
-/* A generation ended: its counts, seconds from arrival to the end, and to
- * the first token (< 0: none was sampled). */
+/* A generation ended: its counts (prompt tokens, those of them taken
+ * from the prompt cache, generated), seconds from arrival to the end, and
+ * to the first token (< 0: none was sampled). */
 void ds_metrics_finish(ds_metrics *m, enum ds_finish why, size_t prompt,
-		       size_t gen, double latency, double ttft);
+		       size_t cached, size_t gen, double latency, double ttft);
 /* Prometheus text exposition format 0.0.4; malloc'd. */
 char *ds_metrics_render(ds_metrics *m, const ds_metrics_now *g, double now);
 
@@ -200,6 +225,15 @@ typedef struct ds_srv_opts {
 				       "draft", or NULL */
 	uint32_t spec_k;            /* drafts per step, 0: adaptive */
 	const char *draft;          /* spec "draft": the draft model */
+	const char *chat_template;  /* a named template (chat.h) instead of
+				       the model's, or NULL */
+	const char *chat_template_file; /* a Jinja file instead, or NULL */
+	int64_t cache_mib;          /* the prompt cache (--cache-ram): < 0
+				       the default, 0 none */
+	const char *cache_dir;      /* kept there across restarts, or NULL */
+	enum ds_reasoning reasoning;/* --reasoning-format (DS_REASON_AUTO:
+				       deepseek for templates that know
+				       <think>, else none) */
 	int hugepages;              /* forward.h ds_model_place */
 	const char *numa;           /* "interleave" | "node" | NULL */
 	int verbose;                /* log every request */

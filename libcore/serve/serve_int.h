@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "chat/reasoning.h"
 #include "runtime/session.h"
 #include "serve.h"
 
@@ -37,11 +38,16 @@ typedef struct ds_job {
 	int keep_ids;               /* return_tokens */
 	double t_arrival;           /* ds_now_s */
 	size_t n_prompt;
+	int split;                  /* the reasoning goes apart */
 	/* the driver thread's alone */
 	ds_textout to;
+	ds_reason rs;               /* with split */
+	ds_reason_out ro;
 	/* under mu */
 	char *text;                 /* text shown and not yet taken */
 	size_t n_text, cap_text;
+	char *think;                /* with split: reasoning not yet taken */
+	size_t n_think, cap_think;
 	int32_t *ids;               /* with return_tokens: ids sampled */
 	size_t n_ids, cap_ids;
 	int done, failed;
@@ -57,16 +63,19 @@ void ds_eng_free(ds_eng *e);
 void ds_eng_counts(ds_eng *e, size_t *queued, size_t *running);
 
 /* The prompt's ids: given, tokenized, or the chat rendered and tokenized;
- * checked against the context. */
+ * checked against the context.  *think: the chat prompt leaves the model
+ * inside a <think> block. */
 int ds_eng_prompt(ds_eng *e, const ds_api_req *r, int32_t **ids, size_t *n,
-		  ds_api_err *ae);
+		  int *think, ds_api_err *ae);
 /* The text of ids as answers show it: ids the tokenizer has no string for
  * add nothing. */
 int ds_eng_detok(ds_eng *e, const int32_t *ids, size_t n, ds_tok_text *out,
 		 ds_err *err);
-/* Queue a generation (503 when the queue is full or the engine stopped). */
+/* Queue a generation (503 when the queue is full or the engine stopped);
+ * think: the prompt opened a <think> block (ds_eng_prompt). */
 int ds_job_submit(ds_eng *e, const ds_api_req *r, const int32_t *ids,
-		  size_t n, double t_arrival, ds_job **out, ds_api_err *ae);
+		  size_t n, int think, double t_arrival, ds_job **out,
+		  ds_api_err *ae);
 /* The client is gone: end the job at the next step. */
 void ds_job_cancel(ds_job *j);
 void ds_job_release(ds_job *j);

@@ -313,7 +313,8 @@ int ds_tok_encode(const ds_tok *t, const char *text, size_t len,
 	}
 	rc = h->model == TB_HF_BPE ? encode_hf(&e, (const uint8_t *)text, len, out)
 				   : encode_sp(&e, (const uint8_t *)text, len, out);
-	if (rc == 0 && (h->flags & TBF_ADD_EOS) && h->eos >= 0)
+	if (rc == 0 && (h->flags & TBF_ADD_EOS) && h->eos >= 0 &&
+	    !(flags & DS_TOK_NO_EOS))
 		rc = tk_ids_push(out, h->eos, err);
 out:
 	if (rc != 0)

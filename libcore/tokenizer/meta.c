@@ -1,10 +1,12 @@
 /* meta.c - the tokenizer's part of a conversion: DST/tokenizer.bin and the
- * "tokenizer" and "chat_template" keys of model.meta (ds-model(5)). */
+ * "tokenizer", "chat_template" and "chat_template_jinja" keys of
+ * model.meta (ds-model(5)). */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "chat/template.h"
 #include "tok_int.h"
 
 static json_t *id_or_null(int32_t id)
@@ -50,6 +52,19 @@ int ds_tok_meta(const ds_tok *t, const char *source, struct json_t *meta,
 	return 0;
 }
 
+/* The checkpoint's own chat template, kept whole for the session to
+ * render (the name above is the fallback for what cannot be). */
+static int chat_jinja(const char *src, json_t *meta, ds_err *err)
+{
+	json_t *o;
+
+	if (ds_chat_tpl_extract(src, &o, err))
+		return -1;
+	if (o != NULL && json_object_set_new(meta, "chat_template_jinja", o) != 0)
+		return ds_errf(err, "model.meta: out of memory");
+	return 0;
+}
+
 int ds_tok_convert(const char *src, const char *dst, struct json_t *meta,
 		   ds_err *err)
 {
@@ -78,7 +93,8 @@ int ds_tok_convert(const char *src, const char *dst, struct json_t *meta,
 	}
 	if (ds_tok_compile_file(in, access(cfg, F_OK) == 0 ? cfg : NULL, out,
 				err) != 0 ||
-	    ds_tok_load(&t, out, err) != 0 || ds_tok_meta(t, name, meta, err) != 0)
+	    ds_tok_load(&t, out, err) != 0 || ds_tok_meta(t, name, meta, err) != 0 ||
+	    chat_jinja(src, meta, err) != 0)
 		goto done;
 	rc = 0;
 done:

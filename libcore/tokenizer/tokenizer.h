@@ -65,7 +65,9 @@ struct json_t;
 /* Compile the checkpoint's tokenizer (src/tokenizer.json, else
  * src/tokenizer.model, with src/tokenizer_config.json if present) into
  * dst/tokenizer.bin and set the "tokenizer" and "chat_template" keys of
- * meta (ds-model(5)); chat_template is left out when not recognized. */
+ * meta (ds-model(5)); chat_template is left out when not recognized.
+ * The checkpoint's template itself goes into "chat_template_jinja"
+ * (chat/template.h ds_chat_tpl_extract). */
 int ds_tok_convert(const char *src, const char *dst, struct json_t *meta,
 		   ds_err *err);
 /* Just the meta keys, for a loaded tokenizer; source names its file. */
@@ -79,6 +81,8 @@ enum {
 	DS_TOK_NO_BOS = 1 << 1,     /* never prepend BOS */
 	DS_TOK_NO_SPECIAL = 1 << 2, /* encode: special tokens' text is plain
 				       text; decode: drop special tokens */
+	DS_TOK_NO_EOS = 1 << 3,     /* never append EOS (with DS_TOK_NO_BOS:
+				       Hugging Face's add_special_tokens=False) */
 };
 
 /* Append the ids of text[0..len) to *out.  BOS (and EOS) as the tokenizer's

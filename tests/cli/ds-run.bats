@@ -222,14 +222,68 @@ import json, sys
 objs = [json.loads(l) for l in sys.argv[1].split("\n")]
 for i, o in enumerate(objs):
     assert set(o) == {"index", "tokens", "text", "finish_reason", "prompt_tokens",
-                      "completion_tokens", "timings"}, o
+                      "cached_tokens", "completion_tokens", "timings"}, o
     assert o["index"] == i
     assert set(o["timings"]) >= {"prompt_ms", "predicted_ms"}
 assert [o["prompt_tokens"] for o in objs] == [3, 0, 4]
+assert [o["cached_tokens"] for o in objs] == [0, 0, 0]
 assert objs[0]["completion_tokens"] == len(objs[0]["tokens"]) <= 5
 assert objs[0]["finish_reason"] in ("length", "stop")
 assert objs[1]["tokens"] == [] and objs[1]["completion_tokens"] == 0
 EOF
+}
+
+@test "the prompt cache: --parallel inputs sharing a prefix take it; answers as with --cache-ram 0" {
+	local n opt
+	for n in llama qwen2 ds2-lite ds3-awq ds2-gptq; do
+		V=$(vocab "$M/$n")
+		/usr/bin/python3 - "$V" >"$T/in.ids" <<'EOF'
+import random, sys
+v = int(sys.argv[1]); r = random.Random(5)
+pre = [r.randrange(3, v) for _ in range(45)]
+for i in range(7):
+    print(" ".join(map(str, pre[: 45 if i % 3 else 20] + [r.randrange(3, v) for _ in range(1 + 5 * i)])))
+EOF
+		for opt in "--temp 0" "--temp 0.9 --seed 11"; do
+			# shellcheck disable=SC2086
+			"$DS_BIN"/ds-run -m "$M/$n" --jsonl -n 12 $opt --parallel 3 <"$T/in.ids" >"$T/c"
+			# shellcheck disable=SC2086
+			"$DS_BIN"/ds-run -m "$M/$n" --jsonl -n 12 $opt --parallel 3 --cache-ram 0 <"$T/in.ids" >"$T/p"
+			run -0 /usr/bin/python3 - "$T/c" "$T/p" <<'EOF'
+import json, sys
+c = [json.loads(l) for l in open(sys.argv[1])]
+p = [json.loads(l) for l in open(sys.argv[2])]
+assert [o["tokens"] for o in c] == [o["tokens"] for o in p]
+assert all(o["cached_tokens"] == 0 for o in p)
+# the first computes; the others share 20 or 45 with an earlier one
+assert c[0]["cached_tokens"] == 0
+assert all(o["cached_tokens"] >= 20 for o in c[1:]), [o["cached_tokens"] for o in c]
+print(sum(o["cached_tokens"] for o in c))
+EOF
+			echo "$n $opt: $output cached" >&3
+		done
+	done
+}
+
+@test "--cache-dir: a later run starts from what an earlier one computed" {
+	mkdir "$T/cd"
+	seq 3 60 | tr '\n' ' ' >"$T/p1.ids"
+	echo >>"$T/p1.ids"
+	"$DS_BIN"/ds-run -m "$M/ds2-lite" --ids -n 8 --temp 0 --cache-dir "$T/cd" <"$T/p1.ids" >"$T/o1"
+	echo "$(cat "$T/p1.ids") $(cat "$T/o1") 9 9" >"$T/p2.ids"
+	run -0 "$DS_BIN"/ds-run -m "$M/ds2-lite" --jsonl -n 8 --temp 0 --cache-dir "$T/cd" <"$T/p2.ids"
+	# 58 prompt and 7 generated positions: 4 blocks of 16
+	[[ "$output" == *'"cached_tokens": 64,'* ]]
+	a=$(echo "$output" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens"])')
+	run -0 "$DS_BIN"/ds-run -m "$M/ds2-lite" --jsonl -n 8 --temp 0 --cache-ram 0 <"$T/p2.ids"
+	[ "$(echo "$output" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens"])')" = "$a" ]
+	# another model's files: ignored, said on stderr
+	run -0 "$DS_BIN"/ds-run -m "$M/llama" --ids -n 1 --temp 0 --cache-dir "$T/cd" <"$T/p1.ids"
+	[[ "$output" == *"ds-run: warning: --cache-dir $T/cd: "*".dskv: made for another model (or by another ds version): ignored"* ]]
+	run "$DS_BIN"/ds-run -m "$M/llama" --cache-ram 0 --cache-dir "$T/cd" <"$T/p1.ids"
+	[ "$status" -eq 2 ]
+	run "$DS_BIN"/ds-run -m "$M/llama" --cache-ram -1 <"$T/p1.ids"
+	[ "$status" -eq 2 ]
 }
 
 @test "--ids: a line per request, the empty line an empty answer" {

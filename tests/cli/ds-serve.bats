@@ -9,6 +9,8 @@
 # own parser (python3-prometheus-client) for /metrics, OpenAI's client
 # (npm "openai", pinned by scripts/fetch-openai.sh) for the API's shapes.
 
+bats_require_minimum_version 1.5.0
+
 PY=/usr/bin/python3
 
 setup_file() {
@@ -309,12 +311,46 @@ for f in ("/proc/net/tcp", "/proc/net/tcp6"):
 	[ "$(j "$T/out" 'd["object"]')" = chat.completion ]
 	[ "$(j "$T/out" 'd["choices"][0]["message"]["role"]')" = assistant ]
 	[[ "$(j "$T/out" 'd["id"]')" == chatcmpl-* ]]
-	# deepseek3's template, as chat.h and the checkpoint's tokenizer_config say
-	printf '<｜begin▁of▁sentence｜>Be brief.<｜User｜>Hi<｜Assistant｜>' >"$T/p"
+	# the checkpoint's own template (which reads a system message as an
+	# assistant's), rendered by Jinja2
+	$PY - "$F/src/tokenizer_config.json" >"$T/p" <<'EOF'
+import json, sys, jinja2.sandbox
+c = json.load(open(sys.argv[1]))
+env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+sys.stdout.write(env.from_string(c["chat_template"]).render(
+    messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
+    add_generation_prompt=True, bos_token=c["bos_token"], eos_token=c["eos_token"]))
+EOF
+	[ "$(cat "$T/p")" = '<｜begin▁of▁sentence｜><｜Assistant｜>Be brief.<｜end▁of▁sentence｜><｜User｜>Hi<｜Assistant｜>' ]
 	ids=$("$DS_BIN/ds-tok" -t "$F/src/tokenizer.json" --no-bos <"$T/p")
 	[ "$(j "$T/out" 'd["usage"]["prompt_tokens"]')" = "$(echo "$ids" | wc -w)" ]
 	want=$(echo "$ids" | "$DS_BIN/ds-run" -m "$F/m" --ids -n 10 --temp 0)
 	[ "$(j "$T/out" '" ".join(map(str, d["choices"][0]["tokens"]))')" = "$want" ]
+}
+
+@test "POST /apply-template: the prompt as ds-tok --render makes it" {
+	start
+	B='{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]}'
+	post /apply-template "$B"
+	[ "$CODE" = 200 ]
+	[ "$(j "$T/out" 'd["prompt"]')" = "$("$DS_BIN/ds-tok" -m "$F/m" --render <<<"$B")" ]
+	[ "$(j "$T/out" 'list(d)')" = "['prompt']" ]
+	post /apply-template '{"messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": false}'
+	[ "$(j "$T/out" 'd["prompt"]')" = "<｜begin▁of▁sentence｜><｜User｜>Hi" ]
+	post /apply-template '{"messages": [{"role": "user"}]}'
+	err_param 'messages[0].content'
+	post /apply-template '{"messages": [{"role": "user", "content": "x"}], "add_generation_prompt": "yes"}'
+	err_param add_generation_prompt
+	[ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/apply-template")" = 405 ]
+	[ "$(metric 'ds_requests_total{endpoint="/apply-template",status="200"}')" = 2 ]
+	# a template that fails: 400 with its message
+	printf "{{ raise_exception('no') }}" >"$T/r.jinja"
+	start --chat-template-file "$T/r.jinja"
+	post /apply-template "$B"
+	[ "$CODE" = 400 ]
+	[ "$(j "$T/out" 'd["error"]["message"], d["error"]["param"]')" = "('messages: no', 'messages')" ]
+	post /v1/chat/completions "$B"
+	err_param messages
 }
 
 # sse FILE: checks the events, prints the streamed text
@@ -365,7 +401,70 @@ EOF
 	sse "$T/sse" >"$T/s"
 	[ "$(j "$T/s" 'd["text"]')" = "$(j "$T/whole" 'd["choices"][0]["message"]["content"]')" ]
 	[ "$(j "$T/s" 'd["object"], d["first"]["delta"]["role"], d["finish"]')" = "('chat.completion.chunk', 'assistant', 'length')" ]
-	[ "$(j "$T/s" 'd["usage"]')" = "$(j "$T/whole" 'd["usage"]')" ]
+	# the same counts; the stream's prompt came second, from the cache
+	[ "$(j "$T/s" '{k: v for k, v in d["usage"].items() if k != "prompt_tokens_details"}')" = \
+	  "$(j "$T/whole" '{k: v for k, v in d["usage"].items() if k != "prompt_tokens_details"}')" ]
+	[ "$(j "$T/s" 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')" = \
+	  "$(( $(j "$T/whole" 'd["usage"]["prompt_tokens"]') - 1 ))" ]
+}
+
+@test "return_tokens in a stream: each chunk's ids, together the answer's" {
+	start
+	B='"prompt": "Stream ids", "max_tokens": 20, "temperature": 0, "ignore_eos": true, "return_tokens": true'
+	post /v1/completions "{$B}"
+	cp "$T/out" "$T/whole"
+	curl -sN -o "$T/sse" -d "{$B, \"stream\": true}" "$URL/v1/completions"
+	run -0 $PY - "$T/sse" "$T/whole" <<'EOF'
+import json, sys
+ev = [json.loads(e[6:]) for e in open(sys.argv[1]).read().split("\n\n")[:-2]]
+ids = [t for c in ev for ch in c["choices"] for t in ch.get("tokens", [])]
+text = "".join(ch["text"] for c in ev for ch in c["choices"])
+w = json.load(open(sys.argv[2]))["choices"][0]
+assert ids == w["tokens"] and len(ids) == 20, (ids, w["tokens"])
+assert text == w["text"]
+print("ok")
+EOF
+}
+
+@test "R1-style templates: the reasoning apart (reasoning_content), or inline with none" {
+	# a template that opens the block in its generation prompt, as R1's:
+	# the whole answer of this model (which never closes it) is reasoning
+	printf "{{ bos_token }}{%% for m in messages %%}<｜User｜>{{ m.content | trim }}{%% endfor %%}<｜Assistant｜><think>\n{%% if 0 %%}</think>{%% endif %%}" >"$T/r1.jinja"
+	start --chat-template-file "$T/r1.jinja"
+	B='"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 12, "temperature": 0, "ignore_eos": true'
+	post /v1/chat/completions "{$B, \"reasoning_format\": \"none\"}"
+	cp "$T/out" "$T/raw"
+	raw=$(j "$T/raw" 'd["choices"][0]["message"]["content"]')
+	[ -n "$raw" ]
+	[ "$(j "$T/raw" '"reasoning_content" in d["choices"][0]["message"]')" = False ]
+	post /v1/chat/completions "{$B}"
+	cp "$T/out" "$T/split"
+	[ "$(j "$T/split" 'd["choices"][0]["message"]["content"]')" = "" ]
+	[ "$(j "$T/split" 'd["choices"][0]["message"]["reasoning_content"]')" = \
+	  "$($PY -c 'import sys; print(sys.argv[1].strip(" \t\r\n"))' "$raw")" ]
+	# streamed: delta.reasoning_content, the same text
+	curl -sN -o "$T/sse" -d "{$B, \"stream\": true}" "$URL/v1/chat/completions"
+	run -0 $PY - "$T/sse" "$T/split" <<'EOF'
+import json, sys
+ev = [json.loads(e[6:]) for e in open(sys.argv[1]).read().split("\n\n")[:-2]]
+d = [c["choices"][0]["delta"] for c in ev if c["choices"]]
+r = "".join(x.get("reasoning_content", "") for x in d)
+c = "".join(x.get("content", "") for x in d)
+m = json.load(open(sys.argv[2]))["choices"][0]["message"]
+assert r == m["reasoning_content"] and c == "", (r, c, m)
+assert all(set(x) <= {"role", "content", "reasoning_content"} for x in d)
+print("ok")
+EOF
+	# --reasoning-format none: inline unless a request asks
+	start --chat-template-file "$T/r1.jinja" --reasoning-format none
+	post /v1/chat/completions "{$B}"
+	[ "$(j "$T/out" 'd["choices"][0]["message"]')" = "$(j "$T/raw" 'd["choices"][0]["message"]')" ]
+	post /v1/chat/completions "{$B, \"reasoning_format\": \"deepseek\"}"
+	[ "$(j "$T/out" 'd["choices"][0]["message"]')" = "$(j "$T/split" 'd["choices"][0]["message"]')" ]
+	# a template without <think>: nothing is split
+	start
+	post /v1/chat/completions "{$B}"
+	[ "$(j "$T/out" '"reasoning_content" in d["choices"][0]["message"]')" = False ]
 }
 
 @test "POST /tokenize and /detokenize (llama.cpp's shapes) agree with ds-tok" {
@@ -428,6 +527,88 @@ EOF
 	[ "${lines[3]}" = "3.0 3.0 3.0" ]
 	[ "${lines[4]}" = "2.0 0.0 0.0 1.0" ]
 	[ "${lines[5]}" = True ]
+}
+
+# ---- the prompt cache ---------------------------------------------------------------
+
+# turn BODY_FILE: a greedy chat turn; its answer's text, prompt and cached
+# token counts in $T/turn.json
+turn() {
+	post /v1/chat/completions "$(cat "$1")"
+	[ "$CODE" = 200 ] || { cat "$T/out"; return 1; }
+	cp "$T/out" "$T/turn.json"
+}
+
+@test "prompt cache: the next turn starts from the last; answers as without it; /metrics counts it" {
+	local k
+	for k in cached plain; do
+		if [ $k = cached ]; then start --parallel 2; else start --parallel 2 --cache-ram 0; fi
+		printf '{"messages": [{"role": "user", "content": "Hi there"}], "max_tokens": 16, "temperature": 0}' >"$T/b1"
+		turn "$T/b1"
+		cp "$T/turn.json" "$T/$k.1"
+		a1=$(j "$T/turn.json" 'd["choices"][0]["message"]["content"]')
+		$PY - "$a1" >"$T/b2" <<'EOF'
+import json, sys
+print(json.dumps({"messages": [{"role": "user", "content": "Hi there"},
+    {"role": "assistant", "content": sys.argv[1]}, {"role": "user", "content": "And?"}],
+    "max_tokens": 16, "temperature": 0}))
+EOF
+		turn "$T/b2"
+		cp "$T/turn.json" "$T/$k.2"
+		[ $k = cached ] && metric ds_prompt_cache_hits_total >"$T/hits" &&
+			metric ds_prompt_cache_tokens_total >"$T/saved"
+		kill -TERM "$PID"
+		wait "$PID"
+	done
+	for n in 1 2; do
+		[ "$(j "$T/cached.$n" 'd["choices"][0]["message"]')" = "$(j "$T/plain.$n" 'd["choices"][0]["message"]')" ]
+		[ "$(j "$T/plain.$n" 'd["usage"]["prompt_tokens_details"]')" = "{'cached_tokens': 0}" ]
+	done
+	[ "$(j "$T/cached.1" 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')" = 0 ]
+	p1=$(j "$T/cached.1" 'd["usage"]["prompt_tokens"]')
+	c2=$(j "$T/cached.2" 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')
+	# all of turn 1's prompt at least, kept in its slot
+	[ "$c2" -ge "$p1" ]
+	[ "$(cat "$T/hits")" = 1 ]
+	[ "$(cat "$T/saved")" = "$c2" ]
+}
+
+# the depth of a cache file (its header's)
+depth() {
+	$PY -c 'import struct, sys; print(struct.unpack_from("<I", open(sys.argv[1], "rb").read(), 60)[0])' "$1"
+}
+
+@test "--cache-dir: the cache outlives a restart; damaged and foreign files are ignored with a warning" {
+	mkdir "$T/cd"
+	ids=$(seq 3 102 | tr '\n' ',' | sed 's/,$//')
+	start --cache-dir "$T/cd"
+	post /v1/completions "{\"prompt\": [$ids], \"max_tokens\": 4, \"temperature\": 0}"
+	[ "$CODE" = 200 ]
+	kill -TERM "$PID"
+	wait "$PID"
+	# 100 prompt positions and 3 generated: six blocks of 16, a file each
+	[ "$(ls "$T/cd" | grep -c '^[0-9a-f]\{16\}\.dskv$')" = 6 ]
+	for f in "$T"/cd/*.dskv; do
+		[ "$(depth "$f")" = 5 ] && last=$f
+	done
+	printf '\1' | dd of="$last" bs=1 seek=200 conv=notrunc 2>/dev/null
+	printf 'not a cache file, though long enough to hold a header: %0128d' 0 >"$T/cd/ffffffffffffffff.dskv"
+	start --cache-dir "$T/cd"
+	grep -q "warning: --cache-dir $T/cd: $(basename "$last"): its token ids' CRC-32 does not match: ignored" "$LOG"
+	grep -q "warning: --cache-dir $T/cd: ffffffffffffffff.dskv: not a ds prompt cache file: ignored" "$LOG"
+	post /v1/completions "{\"prompt\": [$ids, 7, 8], \"max_tokens\": 6, \"temperature\": 0}"
+	cp "$T/out" "$T/warm"
+	# five good blocks: 80 positions
+	[ "$(j "$T/warm" 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')" = 80 ]
+	start --cache-ram 0
+	post /v1/completions "{\"prompt\": [$ids, 7, 8], \"max_tokens\": 6, \"temperature\": 0}"
+	[ "$(j "$T/warm" 'd["choices"][0]["text"]')" = "$(j "$T/out" 'd["choices"][0]["text"]')" ]
+	run "$DS_BIN/ds-serve" -m "$F/m" --cache-dir "$T/cd" --cache-ram 0
+	[ "$status" -eq 2 ]
+	touch "$T/notadir"
+	run "$DS_BIN/ds-serve" -m "$F/m" --port 0 --cache-dir "$T/notadir"
+	[ "$status" -eq 1 ]
+	[[ "${lines[-1]}" == "ds-serve: --cache-dir $T/notadir: "* ]]
 }
 
 # ---- errors -----------------------------------------------------------------------

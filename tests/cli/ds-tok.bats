@@ -31,7 +31,8 @@ print(" ".join(map(str, g[names.index(sys.argv[2])]["ids"])))' "$1" "$2"
 @test "ds-tok -h prints the usage to stdout and exits 0" {
 	run "$DS_BIN/ds-tok" -h
 	[ "$status" -eq 0 ]
-	[ "$output" = "usage: ds-tok (-m DIR | -t FILE) [-l] [--bos|--no-bos] [--no-special] [--pieces] [--count] [-d]" ]
+	[ "${lines[0]}" = "usage: ds-tok (-m DIR | -t FILE) [-l] [--bos|--no-bos] [--no-special] [--pieces] [--count] [-d]" ]
+	[ "${lines[1]}" = "       ds-tok (-m DIR | -t FILE) --chat [--render] [-l] [--pieces] [--count]" ]
 }
 
 @test "ds-tok --version prints the version" {

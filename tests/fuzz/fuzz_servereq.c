@@ -1,7 +1,8 @@
 /* fuzz_servereq.c - ds-serve's request bodies (libcore/serve/api.c): the
  * first byte picks the endpoint (low 2 bits: /v1/completions,
- * /v1/chat/completions, /tokenize, /detokenize) and the vocabulary size
- * the ids are checked against (next 2 bits); the rest is the body.  A
+ * /v1/chat/completions, /tokenize and /detokenize, /apply-template) and
+ * the vocabulary size the ids are checked against (next 2 bits); the rest
+ * is the body.  A
  * parsed request must hold what the server relies on; a refusal must be a
  * 400 (or 500) whose error object is valid JSON naming the field; an
  * answer and every stream chunk built from the request's text, and from
@@ -39,7 +40,11 @@ static void check_err(const ds_api_err *e)
 static void check_out(enum ds_api_kind kind, const char *text, size_t n)
 {
 	static const int32_t toks[3] = { 0, 7, 42 };
-	ds_api_out o = { kind, "cmpl-1", 1, "m", text, n, "stop", 3, 4, toks, 3, 1 };
+	ds_api_out o = { .kind = kind, .id = "cmpl-1", .created = 1, .model = "m",
+			 .text = text, .n_text = n, .reasoning = text,
+			 .n_reasoning = n, .finish = "stop", .prompt_tokens = 3,
+			 .completion_tokens = 4, .tokens = toks, .n_tokens = 3,
+			 .with_tokens = 1 };
 	json_t *raw = json_stringn(text, n), *j;
 	char *a = ds_api_answer(&o), *c;
 	size_t len, k;
@@ -54,6 +59,9 @@ static void check_out(enum ds_api_kind kind, const char *text, size_t n)
 			    : json_object_get(ch, "text");
 
 		FZ_CHECK(json_equal(t, raw));
+		if (kind == DS_API_CHAT && n > 0)
+			FZ_CHECK(json_equal(json_object_get(json_object_get(ch, "message"),
+							    "reasoning_content"), raw));
 	}
 	json_decref(j);
 	json_decref(raw);
@@ -73,6 +81,8 @@ static void check_req(const ds_api_req *r, const ds_api_limits *lim)
 {
 	size_t i;
 
+	if (r->kind == DS_API_TEMPLATE)
+		FZ_CHECK(r->add_gen == 0 || r->add_gen == 1);
 	if (r->kind == DS_API_COMPLETION) {
 		FZ_CHECK((r->prompt != NULL) != (r->n_ids > 0));
 		for (i = 0; i < r->n_ids; i++)
@@ -80,14 +90,27 @@ static void check_req(const ds_api_req *r, const ds_api_limits *lim)
 		if (r->prompt)
 			check_out(r->kind, r->prompt, strlen(r->prompt));
 	} else {
-		FZ_CHECK(r->n_msgs > 0 && r->prompt == NULL && r->n_ids == 0);
-		for (i = 0; i < r->n_msgs; i++) {
-			FZ_CHECK(strcmp(r->msgs[i].role, "system") == 0 ||
-				 strcmp(r->msgs[i].role, "user") == 0 ||
-				 strcmp(r->msgs[i].role, "assistant") == 0);
-			FZ_CHECK(r->msgs[i].content != NULL);
+		json_t *m, *c = NULL;
+
+		FZ_CHECK(json_array_size(r->messages) > 0 && r->prompt == NULL &&
+			 r->n_ids == 0);
+		json_array_foreach(r->messages, i, m) {
+			const char *role = json_string_value(json_object_get(m, "role"));
+			json_t *ci = json_object_get(m, "content");
+
+			FZ_CHECK(role && (strcmp(role, "system") == 0 ||
+					  strcmp(role, "user") == 0 ||
+					  strcmp(role, "assistant") == 0));
+			FZ_CHECK(json_is_string(ci) || (strcmp(role, "assistant") == 0 &&
+							(ci == NULL || json_is_null(ci))));
+			FZ_CHECK(json_object_get(m, "tool_calls") == NULL ||
+				 json_is_null(json_object_get(m, "tool_calls")));
+			if (c == NULL && json_is_string(ci))
+				c = ci;
 		}
-		check_out(r->kind, r->msgs[0].content, strlen(r->msgs[0].content));
+		FZ_CHECK(r->tpl_vars == NULL || json_is_object(r->tpl_vars));
+		if (c != NULL)
+			check_out(r->kind, json_string_value(c), json_string_length(c));
 	}
 	FZ_CHECK(r->n_stops <= DS_API_MAX_STOPS);
 	for (i = 0; i < r->n_stops; i++)
@@ -110,7 +133,7 @@ static void generation(enum ds_api_kind kind, const char *body, size_t n,
 
 	if (ds_api_parse(&r, kind, body, n, lim, &e) != 0) {
 		check_err(&e);
-		FZ_CHECK(r.prompt == NULL && r.ids == NULL && r.msgs == NULL &&
+		FZ_CHECK(r.prompt == NULL && r.ids == NULL && r.messages == NULL &&
 			 r.stops == NULL);
 		return;
 	}
@@ -152,7 +175,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	switch (data[0] & 3) {
 	case 0: generation(DS_API_COMPLETION, body, size - 1, &lim); break;
 	case 1: generation(DS_API_CHAT, body, size - 1, &lim); break;
-	default: tokenize(body, size - 1, &lim); break;
+	case 2: tokenize(body, size - 1, &lim); break;
+	default: generation(DS_API_TEMPLATE, body, size - 1, &lim); break;
 	}
 	/* the body itself as generated text: any bytes at all */
 	check_out(data[0] & 1 ? DS_API_CHAT : DS_API_COMPLETION, body, size - 1);

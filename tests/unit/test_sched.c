@@ -21,30 +21,45 @@ typedef struct eng {
 	ds_pool *pool;
 	ds_fwd *f;
 	ds_kvcache kv;
+	ds_pcache *pc;
 	ds_sched *s;
 } eng;
 
-static int eng_open(eng *e, uint32_t slots, uint32_t ctx, uint32_t batch)
+/* With a prompt cache of cache_bytes when that is not 0. */
+static int eng_open_cache(eng *e, uint32_t slots, uint32_t ctx, uint32_t batch,
+			  size_t cache_bytes)
 {
 	ds_pool_opts po = { 2, NULL, 0 };
 	ds_fwd_opts fo = { .max_batch = 64 };
 	ds_sched_opts so = { .n_batch = batch };
+	ds_pcache_opts co = { .max_bytes = cache_bytes, .n_vocab = model.hp.n_vocab };
 	ds_err err;
 
 	memset(e, 0, sizeof *e);
 	if (ds_pool_init(&e->pool, &po, &err) ||
 	    ds_fwd_init(&e->f, &model, e->pool, &fo, &err) ||
 	    ds_kvcache_init(&e->kv, &model.hp, slots, ctx, DS_KV_F16, &err) ||
-	    ds_sched_init(&e->s, e->f, &e->kv, &so, &err)) {
+	    (cache_bytes && ds_pcache_init(&e->pc, &e->kv, &co, &err))) {
+		printf("# eng_open: %s\n", err.msg);
+		return -1;
+	}
+	so.cache = e->pc;
+	if (ds_sched_init(&e->s, e->f, &e->kv, &so, &err)) {
 		printf("# eng_open: %s\n", err.msg);
 		return -1;
 	}
 	return 0;
 }
 
+static int eng_open(eng *e, uint32_t slots, uint32_t ctx, uint32_t batch)
+{
+	return eng_open_cache(e, slots, ctx, batch, 0);
+}
+
 static void eng_close(eng *e)
 {
 	ds_sched_free(e->s);
+	ds_pcache_free(e->pc);
 	ds_kvcache_free(&e->kv);
 	ds_fwd_free(e->f);
 	ds_pool_free(e->pool);
@@ -486,6 +501,170 @@ static void test_stopper(void)
 	free(out);
 }
 
+/* ---- the prompt cache ------------------------------------------------------- */
+
+/* One request run alone to its end on e. */
+static void run1(eng *e, const int32_t *p, size_t n, int64_t n_predict,
+		 uint64_t s, int all_logits, out *o)
+{
+	ds_err err;
+	ds_req r;
+
+	req_init(&r, p, n, n_predict, s, o);
+	r.all_logits = all_logits;
+	T_CHECK(ds_sched_submit(e->s, &r, NULL, &err) == 0);
+	T_CHECK(ds_sched_drain(e->s, &err) == 0);
+}
+
+static int same_tokens(const out *a, const out *b)
+{
+	return a->done == 1 && b->done == 1 && a->n_tok == b->n_tok &&
+	       memcmp(a->tok, b->tok, a->n_tok * sizeof a->tok[0]) == 0;
+}
+
+/* A conversation's turns in one slot: the next turn starts from the rows
+ * its slot kept (the earlier answer's included), or, after another
+ * request took the slot, from the blocks stored then; the tokens (sampled,
+ * seeded) are those computed without the cache. */
+static void test_cache_turns(void)
+{
+	static int32_t a[128], b[128], c[40], d[160];
+	static out ref[5], got[5];
+	size_t na = 37, nb, nc = 30, nd, i;
+	eng e;
+	int k;
+
+	for (i = 0; i < na; i++)
+		a[i] = (int32_t)(3 + t_rand(&seed) % (model.hp.n_vocab - 3));
+	for (i = 0; i < nc; i++)
+		c[i] = (int32_t)(3 + t_rand(&seed) % (model.hp.n_vocab - 3));
+	for (k = 0; k < 2; k++) {
+		out *o = k ? got : ref;
+
+		if ((k ? eng_open_cache(&e, 1, 256, 16, 1 << 20) : eng_open(&e, 1, 256, 16))) {
+			T_CHECK(0);
+			return;
+		}
+		run1(&e, a, na, 20, 11, 0, &o[0]);
+		/* turn 2: turn 1, its answer (the rows of all but the last
+		 * token it sampled are in the slot), a new message */
+		memcpy(b, a, na * sizeof *a);
+		memcpy(b + na, ref[0].tok, 19 * sizeof *b);
+		nb = na + 19;
+		for (i = 0; i < 5; i++)
+			b[nb++] = (int32_t)(3 + i);
+		run1(&e, b, nb, 20, 12, 0, &o[1]);
+		run1(&e, c, nc, 8, 13, 0, &o[2]);   /* takes the slot */
+		memcpy(d, b, nb * sizeof *b);
+		memcpy(d + nb, ref[1].tok, 19 * sizeof *d);
+		nd = nb + 19;
+		for (i = 0; i < 3; i++)
+			d[nd++] = (int32_t)(7 + i);
+		run1(&e, d, nd, 20, 14, 0, &o[3]);
+		/* every position's logits: nothing taken */
+		run1(&e, d, nd, 2, 15, 1, &o[4]);
+		eng_close(&e);
+	}
+	for (i = 0; i < 5; i++)
+		T_CHECKF(same_tokens(&ref[i], &got[i]), "request %zu", i);
+	T_CHECK(ref[1].st.cached_tokens == 0 && ref[3].st.cached_tokens == 0);
+	T_CHECK(got[0].st.cached_tokens == 0 && got[2].st.cached_tokens == 0);
+	/* turn 2: turn 1's 37 + 19 answer positions, kept in the slot */
+	T_CHECKF(got[1].st.cached_tokens == na + 19, "%zu", got[1].st.cached_tokens);
+	/* turn 3 after another request: the 80 positions turn 2's slot held,
+	 * five whole blocks, from the cache */
+	T_CHECKF(got[3].st.cached_tokens == 80, "%zu", got[3].st.cached_tokens);
+	T_CHECK(got[4].st.cached_tokens == 0 && got[4].n_logits == nd + 1);
+	T_CHECK(memcmp(ref[4].first, got[4].first, sizeof ref[4].first) == 0);
+	T_CHECK(got[3].st.prompt_tokens == nd);
+}
+
+/* Requests that share a prefix, submitted together: the later ones wait
+ * while the first computes it and copy its rows; the tokens are the
+ * same as without the cache. */
+static void test_cache_shared(void)
+{
+	static int32_t p[5][80];
+	static out ref[5], got[5];
+	size_t n[5], i, k;
+	ds_err err;
+	ds_req r;
+	eng e;
+	int pass;
+
+	for (k = 0; k < 50; k++)
+		p[0][k] = (int32_t)(3 + t_rand(&seed) % (model.hp.n_vocab - 3));
+	for (i = 0; i < 5; i++) {
+		n[i] = 50 + 3 * i + 1;
+		memcpy(p[i], p[0], 50 * sizeof p[0][0]);
+		for (k = 50; k < n[i]; k++)
+			p[i][k] = (int32_t)(3 + t_rand(&seed) % (model.hp.n_vocab - 3));
+	}
+	for (pass = 0; pass < 2; pass++) {
+		out *o = pass ? got : ref;
+
+		if ((pass ? eng_open_cache(&e, 3, 128, 8, 1 << 20) : eng_open(&e, 3, 128, 8))) {
+			T_CHECK(0);
+			return;
+		}
+		for (i = 0; i < 5; i++) {
+			req_init(&r, p[i], n[i], 10, 20 + i, &o[i]);
+			T_CHECK(ds_sched_submit(e.s, &r, NULL, &err) == 0);
+		}
+		T_CHECK(ds_sched_drain(e.s, &err) == 0);
+		eng_close(&e);
+	}
+	for (i = 0; i < 5; i++) {
+		T_CHECKF(same_tokens(&ref[i], &got[i]), "request %zu", i);
+		T_CHECKF(i == 0 ? got[i].st.cached_tokens == 0 : got[i].st.cached_tokens >= 48,
+			 "request %zu: %zu cached", i, got[i].st.cached_tokens);
+	}
+}
+
+/* A cache of two blocks' memory never holds more; answers stay right. */
+static void test_cache_bound(void)
+{
+	static int32_t p[6][70];
+	static out ref[6], got[6];
+	ds_pcache_stats ps;
+	size_t i, k, two;
+	eng e;
+	int pass;
+
+	for (i = 0; i < 6; i++)
+		for (k = 0; k < 70; k++)
+			p[i][k] = k < 40 && i % 2 ? p[i - 1][k] :
+				  (int32_t)(3 + t_rand(&seed) % (model.hp.n_vocab - 3));
+	for (pass = 0; pass < 2; pass++) {
+		out *o = pass ? got : ref;
+
+		if (eng_open(&e, 1, 128, 16)) {
+			T_CHECK(0);
+			return;
+		}
+		two = 2 * ds_kvcache_span(&e.kv, DS_PCACHE_BLOCK);
+		if (pass) {
+			eng_close(&e);
+			if (eng_open_cache(&e, 1, 128, 16, two)) {
+				T_CHECK(0);
+				return;
+			}
+		}
+		for (i = 0; i < 6; i++) {
+			run1(&e, p[i], 70, 6, 30 + i, 0, &o[i]);
+			if (pass) {
+				ds_pcache_get_stats(e.pc, &ps);
+				T_CHECK(ps.blocks <= 2 && ps.bytes <= two);
+			}
+		}
+		eng_close(&e);
+	}
+	for (i = 0; i < 6; i++)
+		T_CHECKF(same_tokens(&ref[i], &got[i]), "request %zu", i);
+	/* the odd ones share 40 with the one before, kept in the slot */
+	T_CHECKF(got[1].st.cached_tokens == 40, "%zu", got[1].st.cached_tokens);
+}
+
 int main(void)
 {
 	ds_err err;
@@ -505,6 +684,9 @@ int main(void)
 	T_RUN(test_wait_stop);
 	T_RUN(test_counts);
 	T_RUN(test_stopper);
+	T_RUN(test_cache_turns);
+	T_RUN(test_cache_shared);
+	T_RUN(test_cache_bound);
 	ds_model_free(&model);
 	ds_remove_tree(dir);
 	return t_done();

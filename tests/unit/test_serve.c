@@ -133,6 +133,7 @@ static void test_messages(void)
 {
 	ds_api_req r;
 	ds_api_err e;
+	json_t *want;
 
 	T_CHECK(parse(&r, DS_API_CHAT,
 		      "{\"messages\": [{\"role\": \"developer\", \"content\": \"S\"},"
@@ -140,14 +141,37 @@ static void test_messages(void)
 		      " {\"type\": \"text\", \"text\": \"b\"}], \"name\": \"n\"},"
 		      " {\"role\": \"assistant\"}, {\"role\": \"user\", \"content\": \"U\"}],"
 		      " \"max_completion_tokens\": 3, \"max_tokens\": 9}", &e) == 0);
-	T_CHECK(r.n_msgs == 4 && r.max_tokens == 3);
-	if (r.n_msgs == 4) {
-		T_CHECK(!strcmp(r.msgs[0].role, "system") && !strcmp(r.msgs[0].content, "S"));
-		T_CHECK(!strcmp(r.msgs[1].role, "user") && !strcmp(r.msgs[1].content, "a\nb"));
-		T_CHECK(!strcmp(r.msgs[2].role, "assistant") && !strcmp(r.msgs[2].content, ""));
-		T_CHECK(!strcmp(r.msgs[3].content, "U"));
-	}
+	T_CHECK(json_array_size(r.messages) == 4 && r.max_tokens == 3);
+	T_CHECK(r.tpl_vars == NULL && r.reasoning == DS_REASON_AUTO);
+	want = json_loads("[{\"role\": \"system\", \"content\": \"S\"},"
+			  " {\"role\": \"user\", \"content\": \"a\\nb\", \"name\": \"n\"},"
+			  " {\"role\": \"assistant\"}, {\"role\": \"user\", \"content\": \"U\"}]",
+			  0, NULL);
+	T_CHECK(json_equal(r.messages, want));
+	json_decref(want);
 	ds_api_req_free(&r);
+	/* the template's variables; reasoning_format */
+	T_CHECK(parse(&r, DS_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}],"
+		      " \"chat_template_kwargs\": {\"enable_thinking\": false},"
+		      " \"reasoning_format\": \"none\"}", &e) == 0);
+	T_CHECK(json_is_false(json_object_get(r.tpl_vars, "enable_thinking")));
+	T_CHECK(r.reasoning == DS_REASON_NONE);
+	ds_api_req_free(&r);
+	T_CHECK(refused(DS_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}],"
+			" \"chat_template_kwargs\": {\"messages\": 1}}", 400,
+			"chat_template_kwargs.messages"));
+	T_CHECK(refused(DS_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}],"
+			" \"chat_template_kwargs\": []}", 400, "chat_template_kwargs"));
+	T_CHECK(refused(DS_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}],"
+			" \"reasoning_format\": \"xml\"}", 400, "reasoning_format"));
+	/* /apply-template: the messages and add_generation_prompt alone */
+	T_CHECK(parse(&r, DS_API_TEMPLATE, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}],"
+		      " \"add_generation_prompt\": false, \"temperature\": 99}", &e) == 0);
+	T_CHECK(r.add_gen == 0 && json_array_size(r.messages) == 1);
+	ds_api_req_free(&r);
+	T_CHECK(refused(DS_API_TEMPLATE, "{\"messages\": []}", 400, "messages"));
+	T_CHECK(refused(DS_API_TEMPLATE, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}],"
+			" \"add_generation_prompt\": 1}", 400, "add_generation_prompt"));
 	T_CHECK(refused(DS_API_CHAT, "{}", 400, "messages"));
 	T_CHECK(refused(DS_API_CHAT, "{\"messages\": []}", 400, "messages"));
 	T_CHECK(refused(DS_API_CHAT, "{\"messages\": {}}", 400, "messages"));
@@ -621,7 +645,9 @@ static int well_formed(const char *page)
 static void test_metrics(void)
 {
 	ds_metrics *m;
-	ds_metrics_now g = { 1, 3, 2, 4, 64 };
+	ds_metrics_now g = { .ready = 1, .queued = 3, .running = 2, .slots = 4,
+			     .queue_limit = 64, .cache_bytes = 4096,
+			     .cache_limit = 1 << 20, .cache_blocks = 2 };
 	double now = 1000.0, lat[5], sum = 0;
 	char *page;
 	size_t i, gen = 0;
@@ -632,8 +658,10 @@ static void test_metrics(void)
 		lat[i] = (double)(t_rand(&seed) % 20000) / 1000.0;
 		sum += lat[i];
 		gen += i + 1;
+		/* the first and third took 4 and 6 of their 10 from the cache */
 		ds_metrics_finish(m, i < 3 ? DS_FINISH_STOP : DS_FINISH_CANCEL, 10,
-				  i + 1, lat[i], i == 4 ? -1 : lat[i] / 10);
+				  i == 0 ? 4 : i == 2 ? 6 : 0, i + 1, lat[i],
+				  i == 4 ? -1 : lat[i] / 10);
 		ds_metrics_answer(m, DS_EP_COMPLETIONS, 200);
 	}
 	ds_metrics_answer(m, DS_EP_CHAT, 400);
@@ -657,6 +685,11 @@ static void test_metrics(void)
 	T_CHECK(sample(page, "ds_generations_total{finish_reason=\"stop\"}") == 3);
 	T_CHECK(sample(page, "ds_generations_total{finish_reason=\"cancelled\"}") == 2);
 	T_CHECK(sample(page, "ds_prompt_tokens_total") == 50);
+	T_CHECK(sample(page, "ds_prompt_cache_hits_total") == 2);
+	T_CHECK(sample(page, "ds_prompt_cache_tokens_total") == 10);
+	T_CHECK(sample(page, "ds_prompt_cache_bytes") == 4096);
+	T_CHECK(sample(page, "ds_prompt_cache_limit_bytes") == 1 << 20);
+	T_CHECK(sample(page, "ds_prompt_cache_blocks") == 2);
 	T_CHECK(sample(page, "ds_generated_tokens_total") == (double)gen);
 	T_CHECK(sample(page, "ds_queue_depth") == 3 && sample(page, "ds_active_slots") == 2);
 	T_CHECK(sample(page, "ds_slots") == 4 && sample(page, "ds_queue_limit") == 64);
