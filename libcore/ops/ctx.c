@@ -20,19 +20,19 @@ static void *take(ds_ctx *c, size_t n, size_t size, int *fail, ds_err *err)
 		return NULL;
 	if (ds_mul_sz(n, size, &bytes) != 0 || bytes > SIZE_MAX - 4096) {
 		*fail = 1;
-		ds_errf(err, "op context: scratch size overflows");
+		ds_errf(err, "scratch size overflows");
 		return NULL;
 	}
 	if (c->n_maps == DS_CTX_MAPS) {
 		*fail = 1;
-		ds_errf(err, "op context: too many buffers");
+		ds_errf(err, "too many buffers");
 		return NULL;
 	}
-	bytes = ds_round_up(bytes, 4096);
+	bytes = ds_round_up(bytes ? bytes : 1, 4096);
 	p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (p == MAP_FAILED) {
 		*fail = 1;
-		ds_errf(err, "op context: cannot map %zu bytes", bytes);
+		ds_errf(err, "cannot map %zu bytes", bytes);
 		return NULL;
 	}
 	c->maps[c->n_maps].p = p;
@@ -60,7 +60,7 @@ static void buf_alloc(ds_ctx *c, ds_actbuf *b, size_t rows, size_t k, unsigned t
 			n = ds_act_qt_floats(b->ldqt, b->ldq);
 			if (n == 0 && !*fail) {
 				*fail = 1;
-				ds_errf(err, "op context: scratch size overflows");
+				ds_errf(err, "scratch size overflows");
 			}
 			b->qt = take(c, n, sizeof(float), fail, err);
 		}
