@@ -18,8 +18,14 @@ static void detect(const char *dir, const json_t *cfg)
 			continue;
 		/* what is accepted is something the re-packers handle */
 		FZ_CHECK(q.method == DS_QM_NONE || q.bits == 4 || q.bits == 8);
-		FZ_CHECK(q.method == DS_QM_NONE || q.group_size == -1 ||
+		FZ_CHECK(q.method == DS_QM_NONE || q.method == DS_QM_FP8 ||
+			 q.group_size == -1 ||
 			 (q.group_size >= 32 && q.group_size % 32 == 0));
+		/* FP8 blocks may be any size: the dequantizer takes partial
+		 * blocks at the edges */
+		FZ_CHECK(q.method != DS_QM_FP8 ||
+			 (q.block[0] >= 1 && q.block[1] >= 1 &&
+			  q.group_size == (int32_t)q.block[1]));
 		FZ_CHECK(memchr(q.file, '\0', sizeof q.file) != NULL);
 		FZ_CHECK(memchr(q.variant, '\0', sizeof q.variant) != NULL);
 	}
