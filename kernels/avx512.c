@@ -1035,6 +1035,14 @@ AI __m512 kv_load(enum ds_kvtype t, const uint8_t *row, size_t d, __mmask16 m)
 	}
 }
 
+static void kv_load_row(enum ds_kvtype t, const void *src, size_t n, float *out)
+{
+	size_t i;
+
+	for (i = 0; i < n; i += 16)
+		stm(out + i, tail(n, i), kv_load(t, src, i, tail(n, i)));
+}
+
 /* The largest of s[0..n-1] and m. */
 static float row_max(const float *s, size_t n, float m)
 {
@@ -1114,11 +1122,20 @@ AI void attn_qk(const ds_attn_job *a, size_t h0, size_t nh, size_t j0, size_t nk
 {
 	const size_t kd = a->k.dim, C = DS_ATTN_CHUNK;
 	const int full = nh == (size_t)NH && nk == (size_t)NK;
+	const float *qr[4];
+	const uint8_t *kr[16];
 	__m512 acc[16], r;
 	float out[16];
 	size_t d;
 	int h, k;
 
+	/* the rows' addresses once, not per step of the dot products */
+#pragma GCC unroll 4
+	for (h = 0; h < NH; h++)
+		qr[h] = a->q + (h0 + (full || (size_t)h < nh ? (size_t)h : nh - 1)) * a->q_ld;
+#pragma GCC unroll 16
+	for (k = 0; k < NK; k++)
+		kr[k] = a->k.data + (j0 + (full || (size_t)k < nk ? (size_t)k : nk - 1)) * a->k.ld;
 #pragma GCC unroll 16
 	for (h = 0; h < 16; h++)
 		acc[h] = _mm512_setzero_ps();
@@ -1128,11 +1145,10 @@ AI void attn_qk(const ds_attn_job *a, size_t h0, size_t nh, size_t j0, size_t nk
 
 #pragma GCC unroll 4
 		for (h = 0; h < NH; h++)
-			qv[h] = ldm(m, a->q + (h0 + (full || (size_t)h < nh ? (size_t)h : nh - 1)) * a->q_ld + d);
+			qv[h] = ldm(m, qr[h] + d);
 #pragma GCC unroll 16
 		for (k = 0; k < NK; k++) {
-			size_t j = j0 + (full || (size_t)k < nk ? (size_t)k : nk - 1);
-			__m512 kv = kv_load(KT, a->k.data + j * a->k.ld, d, m);
+			__m512 kv = kv_load(KT, kr[k], d, m);
 
 #pragma GCC unroll 4
 			for (h = 0; h < NH; h++)
@@ -1238,7 +1254,7 @@ AI void attn_t(const ds_attn_job *a, float *scratch, enum ds_kvtype KT, enum ds_
 
 			attn_scores(a, h, nh, j0, nj, sc, KT);
 		}
-		attn_weights(a, sc, mx, l, nj);
+		attn_weights(a, sc, mx, l, j0, nj);
 		for (h = 0; h < g; h += 4) {
 			switch (g - h < 4 ? g - h : 4) {
 			case 1: attn_pv(a, h, j0, nj, sc, 1, VT); break;
@@ -1248,7 +1264,7 @@ AI void attn_t(const ds_attn_job *a, float *scratch, enum ds_kvtype KT, enum ds_
 			}
 		}
 	}
-	attn_end(a, l);
+	attn_end(a, mx, l);
 }
 
 static void attn(const ds_attn_job *a, float *scratch)
@@ -1372,6 +1388,7 @@ void ds_kernels_fill_avx512(ds_kernels *k)
 	k->quant_row = quant_row;
 	k->bf16_row = bf16_row;
 	k->kv_store = kv_store;
+	k->kv_load = kv_load_row;
 	k->sumsq = sumsq;
 	k->rmsnorm = rmsnorm;
 	k->softmax = softmax;

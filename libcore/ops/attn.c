@@ -210,7 +210,7 @@ static void attn_unit(const struct attn_job *j, size_t u, float *scratch)
 	size_t part = u % j->sub, kvh = u / j->sub % a->n_kv_head, t = u / j->sub / a->n_kv_head;
 	size_t h0 = kvh * j->g + part * j->per;
 	size_t nq = part * j->per + j->per <= j->g ? j->per : j->g - part * j->per;
-	ds_attn_job w;
+	ds_attn_job w = { .diag = 0, .ml = NULL };
 
 	w.q = a->q + t * a->q_ld + h0 * a->q_hs;
 	w.q_ld = a->q_hs;
