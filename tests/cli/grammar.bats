@@ -1,0 +1,113 @@
+#!/usr/bin/env bats
+# grammar.bats - constrained decoding end to end on the demo model (never
+# trained on JSON): ds-run --json-schema and --grammar, ds-serve's
+# response_format and tools.  Sampled at temperature 1 over many seeds,
+# every answer must parse and validate under ajv (npm ajv 8.17.1,
+# scripts/ref/fetch-ajv.sh), an independent validator; tool calls go
+# through OpenAI's own npm client (scripts/fetch-openai.sh).
+
+bats_require_minimum_version 1.5.0
+
+setup_file() {
+	: "${DS_BIN:=bin}"
+	"$DS_BIN/ds-convert" --model-path testdata/demo/awq \
+		--output-dir "$BATS_FILE_TMPDIR/demo" --quiet
+	scripts/ref/fetch-ajv.sh
+}
+
+setup() {
+	: "${DS_BIN:=bin}"
+	M=$BATS_FILE_TMPDIR/demo
+	T=$BATS_TEST_TMPDIR
+	G=testdata/grammar
+	PIDS=""
+}
+
+teardown() {
+	local p
+	for p in $PIDS; do
+		kill -TERM "$p" 2>/dev/null || continue
+		wait "$p" || { echo "ds-serve $p exited $?"; cat "$T"/serve.log; return 1; }
+	done
+}
+
+# prompts N: N prompts, one a line
+prompts() {
+	local i
+	for i in $(seq 1 "$1"); do
+		echo "User: Describe a person of the novel, number $i. Assistant:"
+	done
+}
+
+
+# answers FILE: each --jsonl answer's text as a JSON string a line; each
+# must have ended by the grammar (finish_reason "stop")
+answers() {
+	/usr/bin/python3 -c 'import json, sys
+for l in open(sys.argv[1]):
+    o = json.loads(l)
+    assert o["finish_reason"] == "stop", o
+    print(json.dumps(o["text"]))' "$1"
+}
+
+@test "ds-run --json-schema: 32 seeds at temperature 1, every answer valid under ajv" {
+	prompts 32 | "$DS_BIN/ds-tok" -m "$M" -l > "$T/p.ids"
+	"$DS_BIN/ds-run" -m "$M" --jsonl --parallel 8 --temp 1 --top-k 0 --top-p 1 \
+		--min-p 0 --seed 11 -n 400 --json-schema $G/person.json \
+		< "$T/p.ids" > "$T/out"
+	run -0 answers "$T/out"
+	echo "$output" > "$T/texts"
+	[ "$(wc -l < "$T/texts")" -eq 32 ]
+	run -0 tests/cli/helpers/ajv-texts.py $G/person.json "$T/texts"
+	[ "${lines[-1]}" = "32 valid of 32" ]
+	# not one answer repeated: the seeds sample different documents
+	[ "$(sort -u "$T/texts" | wc -l)" -gt 24 ]
+}
+
+@test "ds-run --json-schema under speculative decoding (mtp, ngram): still valid" {
+	prompts 8 | "$DS_BIN/ds-tok" -m "$M" -l > "$T/p.ids"
+	for spec in mtp ngram; do
+		"$DS_BIN/ds-run" -m "$M" --jsonl --parallel 4 --temp 1 --seed 5 -n 400 \
+			--spec $spec --json-schema $G/person.json --verbose < "$T/p.ids" \
+			> "$T/out.$spec" 2> "$T/err.$spec"
+		grep -q "spec: drafted" "$T/err.$spec"
+		answers "$T/out.$spec" > "$T/texts.$spec"
+		run -0 tests/cli/helpers/ajv-texts.py $G/person.json "$T/texts.$spec"
+		[ "${lines[-1]}" = "8 valid of 8" ]
+	done
+	# greedy: a drafter changes nothing
+	"$DS_BIN/ds-run" -m "$M" --temp 0 -n 300 -p "User: Who? Assistant:" \
+		--json-schema $G/person.json > "$T/g0"
+	"$DS_BIN/ds-run" -m "$M" --temp 0 -n 300 -p "User: Who? Assistant:" \
+		--json-schema $G/person.json --spec ngram > "$T/g1"
+	cmp "$T/g0" "$T/g1"
+}
+
+@test "ds-run --grammar: every sample is a sentence of the grammar, --verbose times the masks" {
+	local i
+	for i in $(seq 1 12); do
+		run -0 --separate-stderr "$DS_BIN/ds-run" -m "$M" -p "User: Is it so? Assistant:" \
+			--temp 1.5 --seed "$i" -n 50 --grammar $G/answer.gbnf --verbose
+		[[ "$output" =~ ^Answer:\ (yes|no),\ [1-9][0-9]{0,2}\.$ ]]
+		[[ "$stderr" == *"grammar: "*" masks in "*" us a step"* ]]
+	done
+}
+
+@test "ds-run --grammar and --json-schema: bad files named with line:col or the JSON path" {
+	printf 'root ::= "a" b\n' > "$T/undef.gbnf"
+	run -1 "$DS_BIN/ds-run" -m "$M" -p hi --grammar "$T/undef.gbnf"
+	[ "$output" = "ds-run: $T/undef.gbnf: 1:14: undefined rule 'b'" ]
+	printf 'root ::= "a\n' > "$T/open.gbnf"
+	run -1 "$DS_BIN/ds-run" -m "$M" -p hi --grammar "$T/open.gbnf"
+	[[ "$output" == "ds-run: $T/open.gbnf: 1:"*"unterminated string"* ]]
+	echo '{"type": "object", "properties": {"x": {"not": {}}}}' > "$T/not.json"
+	run -1 "$DS_BIN/ds-run" -m "$M" -p hi --json-schema "$T/not.json"
+	[ "$output" = "ds-run: $T/not.json: schema.properties.x: unsupported keyword 'not'" ]
+	printf '{"type":\n' > "$T/cut.json"
+	run -1 "$DS_BIN/ds-run" -m "$M" -p hi --json-schema "$T/cut.json"
+	[[ "$output" == "ds-run: $T/cut.json: line 2 column "* ]]
+	run -1 "$DS_BIN/ds-run" -m "$M" -p hi --json-schema "$T/none.json"
+	[[ "$output" == *"$T/none.json"* ]]
+	run -2 "$DS_BIN/ds-run" -m "$M" -p hi --json-schema "$T/not.json" --grammar "$T/open.gbnf"
+	[[ "$output" == *"--grammar and --json-schema exclude each other"* ]]
+}
