@@ -583,7 +583,7 @@ static int blank_text(const ds_api_out *o)
 /* delta.tool_calls: each call with its index. */
 static json_t *delta_calls(const ds_api_out *o)
 {
-	json_t *a = json_deep_copy(o->tool_calls), *c;
+	json_t *a = o->tool_calls ? json_deep_copy(o->tool_calls) : json_array(), *c;
 	size_t i;
 
 	json_array_foreach(a, i, c)
