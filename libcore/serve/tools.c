@@ -478,12 +478,11 @@ int ds_tool_grammar(const ds_api_req *r, enum ds_tool_fmt f, ds_grammar **g,
 	ds_gbuilder_free(b);
 	if (rc == 0)
 		return 0;
-	if (strncmp(err.msg, "tools[", 6) == 0) {
+	if (strncmp(err.msg, "tools[", 6) == 0 && strstr(err.msg, ".parameters")) {
 		char k[64];
 
-		snprintf(k, sizeof k, "%.*s", (int)strcspn(err.msg, ": "), err.msg);
-		if (strstr(k, ".parameters") == NULL)
-			snprintf(k, sizeof k, "tools");
+		snprintf(k, sizeof k, "%.*s", (int)(strstr(err.msg, ".parameters") - err.msg +
+						    strlen(".parameters")), err.msg);
 		return ds_api_fail(e, 400, k, "%s", err.msg);
 	}
 	return ds_api_fail(e, 400, "tools", "tools: %s", err.msg[0] ? err.msg :

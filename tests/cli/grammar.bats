@@ -111,3 +111,75 @@ for l in open(sys.argv[1]):
 	run -2 "$DS_BIN/ds-run" -m "$M" -p hi --json-schema "$T/not.json" --grammar "$T/open.gbnf"
 	[[ "$output" == *"--grammar and --json-schema exclude each other"* ]]
 }
+
+# serve ARGS...: ds-serve on the demo model, a free port; URL
+serve() {
+	"$DS_BIN/ds-serve" -m "$M" --port 0 --threads 2 "$@" 2>"$T/serve.log" &
+	PIDS="$PIDS $!"
+	local i
+	for i in $(seq 200); do
+		URL=$(sed -n 's|.*listening on \(http://127\.0\.0\.1:[0-9]*\)/.*|\1|p' "$T/serve.log")
+		[ -n "$URL" ] && [ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/health")" = 200 ] &&
+			return 0
+		sleep 0.05
+	done
+	cat "$T/serve.log"
+	return 1
+}
+
+@test "ds-serve through the openai client: json_schema and required tool calls over 32 seeds valid under ajv, streamed calls, 400s" {
+	scripts/fetch-openai.sh
+	serve --parallel 4
+	run node tests/cli/helpers/openai-tools.cjs "$URL/v1" 32
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[[ "${lines[-1]}" == "openai-tools: all "*" checks passed" ]]
+}
+
+@test "ds-serve with speculative decoding: required tool calls still valid" {
+	scripts/fetch-openai.sh
+	serve --parallel 2 --spec mtp
+	run node -e '
+const path = require("path"), nm = path.resolve("testdata/cache/node_modules");
+const OpenAI = require(path.join(nm, "openai"));
+const c = new OpenAI({ baseURL: process.argv[1], apiKey: "x" });
+(async () => {
+	let ok = 0;
+	for (let seed = 0; seed < 6; seed++) {
+		const r = await c.chat.completions.create({ model: "m", temperature: 1, seed,
+			messages: [{ role: "user", content: "Add." }], tool_choice: "required",
+			parallel_tool_calls: false, max_tokens: 300,
+			tools: [{ type: "function", function: { name: "add", parameters: {
+				type: "object", properties: { a: { type: "integer" }, b: { type: "integer" } },
+				required: ["a", "b"], additionalProperties: false } } }] });
+		const t = r.choices[0].message.tool_calls[0];
+		const a = JSON.parse(t.function.arguments);
+		if (r.choices[0].finish_reason === "tool_calls" && t.function.name === "add" &&
+		    Number.isInteger(a.a) && Number.isInteger(a.b) && Object.keys(a).length === 2)
+			ok++;
+		else
+			console.log(JSON.stringify(r.choices[0]));
+	}
+	console.log(ok + " of 6");
+})();' "$URL/v1"
+	echo "$output"
+	[ "${lines[-1]}" = "6 of 6" ]
+}
+
+@test "/apply-template renders the tools and a call's result for a template without tools" {
+	serve
+	curl -s "$URL/apply-template" -d '{"messages": [{"role": "user", "content": "Weather?"},
+		{"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+		 "function": {"name": "get_weather", "arguments": "{\"town\": \"Bath\"}"}}]},
+		{"role": "tool", "tool_call_id": "c1", "content": "Rain."}],
+		"tools": [{"type": "function", "function": {"name": "get_weather",
+		 "parameters": {"type": "object"}}}]}' > "$T/out"
+	run -0 /usr/bin/python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["prompt"])' "$T/out"
+	[[ "$output" == *'{"name":"get_weather","parameters":{"type":"object"}}'* ]]
+	[[ "$output" == *'Assistant: <tool_call>
+{"name": "get_weather", "arguments": {"town": "Bath"}}
+</tool_call>'* ]]
+	[[ "$output" == *'User: <tool_response>
+Rain.
+</tool_response>'* ]]
+}
