@@ -18,6 +18,7 @@
 #include "bench/perplexity.h"
 #include "dist/dist.h"
 #include "host/sysinfo/sysinfo.h"
+#include "runtime/describe.h"
 #include "runtime/runner.h"
 #include "spec/drafter.h"
 
@@ -512,61 +513,6 @@ static enum ds_sess_tok tok_mode(const opts *o, const char **why)
 	return o->out == OUT_IDS ? DS_SESS_TOK_NONE : DS_SESS_TOK_IF_PRESENT;
 }
 
-static void verbose_setup(const run *r)
-{
-	const ds_session *s = &r->s;
-	ds_fwd_info fi;
-
-	ds_fwd_get_info(s->fwd, &fi);
-	warnx("model %s: %s, %u layers, %.1f MiB of weights, %.1f MiB read per "
-	      "decoded token, %.1f MiB derived (MLA)", r->o->dir,
-	      ds_arch_name(s->m.hp.arch), s->m.hp.n_layer, fi.weight_bytes / 1048576.0,
-	      fi.active_bytes / 1048576.0, fi.derived_bytes / 1048576.0);
-	warnx("kernels %s, %d threads, seed %llu", ds_kernels_name(),
-	      ds_pool_threads(s->pool), (unsigned long long)r->o->sp.seed);
-	warnx("loaded in %.3f s", s->t_load);
-	warnx("KV cache %s: %u slots x %u positions = %.1f MiB (%zu bytes a position)",
-	      ds_kvtype_name(s->kv.type), s->kv.n_slot, s->kv.n_ctx,
-	      s->kv.bytes / 1048576.0, ds_kvcache_span(&s->kv, 1));
-	if (s->drafter)
-		warnx("spec: %s drafts, K %s, %.1f MiB read per draft", s->drafter->name,
-		      r->o->spec_k ? "fixed" : "adaptive",
-		      s->drafter->active_bytes / 1048576.0);
-	if (s->pc) {
-		ds_pcache_stats ps;
-
-		ds_pcache_get_stats(s->pc, &ps);
-		warnx("prompt cache: %.1f MiB in blocks of %d positions; %zu blocks "
-		      "(%.1f MiB) read from --cache-dir, %zu files ignored",
-		      ps.max_bytes / 1048576.0, DS_PCACHE_BLOCK, ps.blocks,
-		      ps.bytes / 1048576.0, ps.ignored);
-	}
-	warnx("RSS %.1f MiB", ds_rss_mib());
-}
-
-/* --verbose under --mpi: each rank's share, or what it moved. */
-static void verbose_rank(const ds_dist *d, const ds_session *s, int end)
-{
-	ds_fwd_info fi;
-	ds_dist_stats st;
-	uint32_t e0, e1;
-
-	ds_fwd_get_info(s->fwd, &fi);
-	ds_dist_experts(d, &e0, &e1);
-	ds_dist_local(d, &st);
-	if (!end)
-		warnx("rank %d of %d (pid %d): experts %u-%u of %u, %.1f MiB of the "
-		      "weights, RSS %.1f MiB", ds_dist_rank(d), ds_dist_size(d),
-		      (int)getpid(), e0, e1 - 1, s->m.hp.n_expert,
-		      fi.share_bytes / 1048576.0, ds_rss_mib());
-	else
-		warnx("rank %d: %llu exchanges, %.2f MiB sent, %.2f MiB received, "
-		      "%.3f s waiting in them; %llu batches; RSS %.1f MiB (peak %.1f)",
-		      ds_dist_rank(d), (unsigned long long)st.exchanges,
-		      st.sent / 1048576.0, st.recv / 1048576.0, st.wait_s,
-		      (unsigned long long)st.batches, ds_rss_mib(), ds_rss_peak_mib());
-}
-
 static void runner_init(run *r)
 {
 	const opts *o = r->o;
@@ -664,9 +610,9 @@ static int setup(run *r, ds_err *err)
 		return ds_errf(err, "%s: %s: give --chat-template or "
 			       "--chat-template-file", o->dir, r->s.tpl_err);
 	if (o->verbose)
-		verbose_setup(r);
+		ds_describe_session(&r->s, o->dir, o->sp.seed, o->spec_k);
 	if (o->verbose && r->d != NULL)
-		verbose_rank(r->d, &r->s, 0);
+		ds_describe_rank(r->d, &r->s, 0);
 	if (o->logits_out && ds_afile_open(&r->lf, o->logits_out, err))
 		return -1;
 	runner_init(r);
@@ -681,33 +627,6 @@ static void teardown(run *r)
 	ds_afile_abort(&r->lf);
 	ds_session_close(&r->s);
 	ds_grammar_free(r->g);
-}
-
-static void verbose_end(const run *r)
-{
-	const ds_runner *n = &r->rn;
-
-	/* prompt: tokens / time to the first sampled token; decode: the
-	 * tokens sampled after the first / the time after it (summed over
-	 * the requests, so with --parallel each is its own request's rate) */
-	warnx("%zu prompt tokens in %.3f s (%.1f tokens/s), %zu generated in %.3f s "
-	      "(%.2f tokens/s decoding), %.3f s in all", n->tot_prompt, n->t_pre,
-	      n->t_pre > 0 ? n->tot_prompt / n->t_pre : 0, n->tot_gen, n->t_dec,
-	      n->t_dec > 0 ? n->n_dec / n->t_dec : 0, n->t_last - n->t_first);
-	/* the mean accepted length: tokens a verification step gave, its
-	 * kept drafts and the target's own token */
-	if (r->o->spec)
-		warnx("spec: drafted %zu accepted %zu (%.3f) in %zu steps, mean "
-		      "accepted length %.2f (%s)", n->spec_drafted, n->spec_accepted,
-		      n->spec_drafted ? (double)n->spec_accepted / n->spec_drafted : 0,
-		      n->spec_steps, n->spec_steps ? 1 + (double)n->spec_accepted /
-		      n->spec_steps : 0, ds_spec_name(r->o->spec));
-	if (n->mask_steps)
-		warnx("grammar: %zu masks in %.3f s (%.1f us a step, %.2f%% of the "
-		      "time after the first token)", n->mask_steps, n->mask_s,
-		      n->mask_s * 1e6 / (double)n->mask_steps,
-		      n->t_dec > 0 ? 100 * n->mask_s / n->t_dec : 0);
-	warnx("RSS %.1f MiB", ds_rss_mib());
 }
 
 static int work(run *r, ds_err *err)
@@ -744,10 +663,10 @@ static int follow(const opts *o, ds_dist *d)
 	if (host_setup(o, &err) || ds_session_open(&s, &so, &err))
 		ds_dist_fail(d, err.msg);
 	if (o->verbose)
-		verbose_rank(d, &s, 0);
+		ds_describe_rank(d, &s, 0);
 	rc = ds_dist_follow(d, s.fwd, &s.kv, &err);
 	if (o->verbose && rc == 0)
-		verbose_rank(d, &s, 1);
+		ds_describe_rank(d, &s, 1);
 	ds_session_close(&s);
 	return rc;
 }
@@ -761,11 +680,11 @@ static int lead(run *r)
 	if (rc)
 		warnx("%s", err.msg);
 	else if (r->o->verbose)
-		verbose_end(r);
+		ds_describe_runner(&r->rn, r->o->spec);
 	if (r->d != NULL) {
 		ds_dist_done(r->d, rc);
 		if (r->o->verbose && rc == 0)
-			verbose_rank(r->d, &r->s, 1);
+			ds_describe_rank(r->d, &r->s, 1);
 	}
 	teardown(r);
 	return rc;
