@@ -68,9 +68,10 @@ void ds_describe_runner(const ds_runner *n, enum ds_spec_kind spec)
 			 ds_spec_name(spec));
 	if (n->mask_steps)
 		ds_warnx("grammar: %zu masks in %.3f s (%.1f us a step, %.2f%% of "
-			 "the time after the first token)", n->mask_steps, n->mask_s,
+			 "the run)", n->mask_steps, n->mask_s,
 			 n->mask_s * 1e6 / (double)n->mask_steps,
-			 n->t_dec > 0 ? 100 * n->mask_s / n->t_dec : 0);
+			 n->t_last > n->t_first ? 100 * n->mask_s /
+			 (n->t_last - n->t_first) : 0);
 	ds_warnx("RSS %.1f MiB", ds_rss_mib());
 }
 
