@@ -851,7 +851,7 @@ static int g_mask(ds_sched *s, sreq *r, float *logits)
 		return -1;
 	complete = ds_gmatch_complete(r->gm);
 	for (i = 0; i < r->n_stop && i < MASK_STOPS; i++)
-		keep[i] = logits[r->stop_ids[i]];
+		keep[i] = (uint32_t)r->stop_ids[i] < s->n_vocab ? logits[r->stop_ids[i]] : 0;
 	for (w = 0; w < words; w++) {
 		uint64_t m = r->mask[w];
 
