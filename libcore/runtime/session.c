@@ -356,7 +356,8 @@ void ds_session_close(ds_session *s)
 /* ---- the vocabulary of token masks ------------------------------------------------ */
 
 /* Every token's bytes (ds_tok_token_bytes) as one buffer. */
-static int build_gvocab(const ds_tok *tok, ds_gvocab **v, ds_err *err)
+int ds_gvocab_from_tok(const ds_tok *tok, int32_t eos, ds_gvocab **v,
+		       ds_err *err)
 {
 	uint32_t n = ds_tok_n_vocab(tok), i;
 	size_t *off = ds_calloc((size_t)n + 1, sizeof *off, err);
@@ -380,7 +381,7 @@ static int build_gvocab(const ds_tok *tok, ds_gvocab **v, ds_err *err)
 	if (off && lens && ptr) {
 		for (i = 0; i < n; i++)
 			ptr[i] = (const uint8_t *)all.s + off[i];
-		rc = ds_gvocab_build(n, ptr, lens, NULL, -1, v, err);
+		rc = ds_gvocab_build(n, ptr, lens, NULL, eos, v, err);
 	}
 out:
 	ds_tok_text_free(&all);
@@ -400,7 +401,7 @@ int ds_session_gvocab(ds_session *s, const ds_gvocab **v, ds_err *err)
 		return ds_errf(err, "a grammar needs the model's tokenizer");
 	pthread_mutex_lock(&s->gv_mu);
 	if (s->gv == NULL)
-		rc = build_gvocab(s->tok, &s->gv, err);
+		rc = ds_gvocab_from_tok(s->tok, -1, &s->gv, err);
 	*v = s->gv;
 	pthread_mutex_unlock(&s->gv_mu);
 	return rc;

@@ -157,6 +157,11 @@ size_t ds_session_stops(const ds_session *s, int chat, int32_t *out);
  * bytes, ds_tok_token_bytes; special ones never match), built by the
  * first call (any thread), then shared read-only until close. */
 int ds_session_gvocab(ds_session *s, const ds_gvocab **v, ds_err *err);
+/* The same for any tokenizer (the caller frees it); eos (-1: none) is
+ * allowed where the text is complete (the session's has none: the
+ * scheduler allows its stop ids there). */
+int ds_gvocab_from_tok(const ds_tok *tok, int32_t eos, ds_gvocab **v,
+		       ds_err *err);
 
 /* ---- a request's text ------------------------------------------------------------ */
 

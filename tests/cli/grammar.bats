@@ -218,3 +218,21 @@ print(json.dumps(c["message"]["content"]))' "$T/out"
 		{"role": "tool", "tool_call_id": "c1", "content": "rain"}]}' > "$T/out"
 	grep -q 'tool\\u2581output\\u2581begin\\uff5c>rain\|tool▁output▁begin｜>rain' "$T/out"
 }
+
+@test "ds-bench --grammar: a row per document on the model's own vocabulary" {
+	run -0 "$DS_BIN/ds-bench" -m "$M" --grammar testdata/gbench/tool-call.json \
+		--grammar testdata/gbench/record.json
+	echo "$output"
+	[[ "${lines[0]}" == "vocabulary: 4096 tokens, trie built in "* ]]
+	[ "${#lines[@]}" -eq 5 ]
+	run -0 /usr/bin/python3 -c 'import sys
+for l in sys.argv[1:]:
+    c = [x.strip() for x in l.strip("|").split("|")]
+    assert c[2] == "4096" and int(c[3]) > 50, c
+    assert 0 < float(c[4]) <= float(c[7]) and float(c[10]) > 0, c' "${lines[3]}" "${lines[4]}"
+	echo '{"schema": {"not": {}}, "doc": 1}' > "$T/bad.json"
+	run -1 "$DS_BIN/ds-bench" -m "$M" --grammar "$T/bad.json"
+	[[ "$output" == *"$T/bad.json: schema: unsupported keyword 'not'"* ]]
+	run -2 "$DS_BIN/ds-bench" --kernels --grammar "$T/bad.json"
+	run -2 "$DS_BIN/ds-bench" -m "$M" --grammar "$T/bad.json" -o csv
+}
