@@ -7,6 +7,7 @@
  */
 #include <err.h>
 #include <getopt.h>
+#include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +27,7 @@
 #include "kernels/kernels.h"
 #include "kernels/types.h"
 #include "model/kvcache.h"
+#include "runtime/session.h"
 #include "spec/drafter.h"
 
 static void usage(FILE *f)
@@ -40,6 +42,7 @@ static void usage(FILE *f)
 		"                --prompt-file FILE [--repeat-penalty R] [-n N] [-r N] [-t N]\n"
 		"       ds-bench (-m DIR | --synthetic SHAPE [--layers N] [--type TYPE])\n"
 		"                --verify E [-p CTX] [-r N] [-t N] [-o md|csv]\n"
+		"       ds-bench -m DIR --grammar DOC.json [--grammar DOC.json ...]\n"
 		"       ds-bench --synthetic SHAPE [--layers N] [--type TYPE] --save DIR\n"
 		"       ds-bench --synthetic list\n"
 		"       ds-bench --kernels [--cpu-time] [--cpus LIST] [-o md|csv|json] [-q]\n"
@@ -67,6 +70,9 @@ typedef struct opts {
 	long spec_k, verify;
 	const char *draft, *prompt_file;
 	float repeat_penalty;
+	/* --grammar: documents {schema, doc} whose masks are timed */
+	const char *gdocs[16];
+	int n_gdocs;
 } opts;
 
 /* A comma-separated list of up to MAX numbers in [lo, hi]: how many, or
@@ -192,6 +198,11 @@ static int parse_opt(opts *o, int c, const char *a)
 			return ds_opt_bad("--verify", a, "expected 1 to 16 entries");
 		return 0;
 	case 'w': o->k.types = a; return 0;
+	case 'g':
+		if (o->n_gdocs == 16)
+			return ds_opt_bad("--grammar", a, "at most 16 documents");
+		o->gdocs[o->n_gdocs++] = a;
+		return 0;
 	case 'o':
 		if (ds_report_parse(a, &o->out.fmt))
 			return ds_opt_bad("-o", a, "expected md, csv, json or jsonl");
@@ -217,6 +228,11 @@ static int check_spec(const opts *o)
 	}
 	if ((o->spec == DS_SPEC_DRAFT) != (o->draft != NULL)) {
 		warnx("--draft DIR goes with --spec draft, and --spec draft needs it");
+		return 2;
+	}
+	if (o->n_gdocs && (!o->dir || o->spec || o->verify || o->n_pp || o->n_tg ||
+			   other || o->mpi || o->out.fmt != DS_REPORT_MD)) {
+		warnx("--grammar takes -m DIR alone (markdown rows)");
 		return 2;
 	}
 	if (o->verify && (o->mode != 'B' || o->n_tg || o->save)) {
@@ -276,6 +292,7 @@ static int parse_args(opts *o, int argc, char **argv)
 		{ "cpus", required_argument, NULL, 'c' },
 		{ "ctx-size", required_argument, NULL, 'G' },
 		{ "draft", required_argument, NULL, 'D' },
+		{ "grammar", required_argument, NULL, 'g' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "hugepages", no_argument, NULL, 'H' },
 		{ "kernels", no_argument, NULL, 'K' },
@@ -593,6 +610,67 @@ static int run_verify(opts *o, ds_err *err)
 	return rc;
 }
 
+/* ---- --grammar: the token mask's cost on the model's vocabulary ------------------------- */
+
+/* One document {schema, doc}: the doc indented by two spaces, cut into
+ * the vocabulary's longest tokens, a mask at each step (grammar.h
+ * ds_grammar_bench). */
+static int grammar_row(const char *model, const char *file, const ds_gvocab *v,
+		       ds_err *err)
+{
+	json_error_t je;
+	json_t *j = json_load_file(file, JSON_REJECT_DUPLICATES, &je);
+	ds_grammar *g = NULL;
+	ds_gbench r;
+	char *doc;
+	int rc;
+
+	if (j == NULL)
+		return ds_errf(err, "%s: line %d: %s", file, je.line, je.text);
+	doc = json_dumps(json_object_get(j, "doc"), JSON_INDENT(2) | JSON_ENCODE_ANY);
+	rc = ds_grammar_from_schema(json_object_get(j, "schema"), "schema", &g, err) ?
+	     ds_err_prefix(err, "%s", file) :
+	     doc == NULL ? ds_errf(err, "%s: no \"doc\"", file) :
+	     ds_grammar_bench(g, v, doc, strlen(doc), &r, NULL, NULL, err);
+	if (rc == 0)
+		printf("| %s | %s | %zu | %zu | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f | %.0f |\n",
+		       model, file, ds_gvocab_size(v), r.steps, r.mean_us, r.p50_us,
+		       r.p99_us, r.max_us, r.nocache_mean_us, r.accept_mean_us,
+		       r.allowed_mean);
+	free(doc);
+	ds_grammar_free(g);
+	json_decref(j);
+	return rc;
+}
+
+static int run_grammar(opts *o, ds_err *err)
+{
+	char *path = ds_path_join(o->dir, "tokenizer.bin");
+	ds_tok *tok = NULL;
+	ds_gvocab *v = NULL;
+	double t0 = ds_now_s();
+	int rc, i;
+
+	if (path == NULL)
+		return ds_errf(err, "out of memory");
+	rc = ds_tok_load(&tok, path, err) || ds_gvocab_from_tok(tok, ds_tok_eos(tok), &v, err) ? -1 : 0;
+	free(path);
+	if (rc == 0) {
+		printf("vocabulary: %zu tokens, trie built in %.0f ms; times in "
+		       "microseconds, one core\n\n", ds_gvocab_size(v),
+		       (ds_now_s() - t0) * 1e3);
+		printf("| model | document | vocabulary | steps | mask mean | p50 | p99 | "
+		       "max | no cache mean | accept mean | allowed mean |\n");
+		printf("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+	}
+	for (i = 0; rc == 0 && i < o->n_gdocs; i++)
+		rc = grammar_row(o->dir, o->gdocs[i], v, err);
+	ds_gvocab_free(v);
+	if (tok)
+		ds_tok_free(tok);
+	return rc;
+}
+
 static int run_kernels(opts *o, ds_err *err)
 {
 	int rc;
@@ -653,7 +731,8 @@ int main(int argc, char **argv)
 			o.threads[0] = n > 0 && n < 1024 ? (int)n : 1;
 			o.n_threads = 1;
 		}
-		rc = o.save ? (save_synthetic(&o, &err) ? 1 : 0) :
+		rc = o.n_gdocs ? (run_grammar(&o, &err) ? 1 : 0) :
+		     o.save ? (save_synthetic(&o, &err) ? 1 : 0) :
 		     o.spec ? (run_spec(&o, &err) ? 1 : 0) :
 		     o.verify ? (run_verify(&o, &err) ? 1 : 0) : run_mpi(&o, &err);
 		if (rc && cancel)

@@ -30,7 +30,7 @@ static void usage(FILE *f)
 		"              [--repeat-last-n N] [--seed S] [--stop STR ...] [--ids | --jsonl]\n"
 		"              [--logits-out FILE] [--parallel N] [-p TEXT | -f FILE] [--chat]\n"
 		"              [--chat-template NAME | --chat-template-file FILE] [--perplexity]\n"
-		"              [--truncate] [--verify]\n"
+		"              [--truncate] [--verify] [--grammar FILE | --json-schema FILE]\n"
 		"              [--mlock] [--no-populate] [--hugepages] [--numa MODE]\n"
 		"              [--cpus LIST] [--sched-fifo PRIO] [--cache-type TYPE]\n"
 		"              [--cache-ram MIB] [--cache-dir DIR] [--verbose]\n"
@@ -46,6 +46,7 @@ enum out_mode { OUT_TEXT, OUT_IDS, OUT_JSONL };
 typedef struct opts {
 	const char *dir, *prompt, *file, *logits_out, *cpus, *chat_tmpl, *chat_file;
 	const char *cache_dir, *draft;
+	const char *grammar, *schema;   /* --grammar, --json-schema */
 	long cache_mib;
 	long n_predict;
 	uint32_t ctx_size, parallel;
@@ -69,7 +70,7 @@ enum {
 	O_LOGITS, O_MINP, O_MLOCK, O_NOPOP, O_NUMA, O_PAR, O_PPL, O_RLN, O_RP,
 	O_FIFO, O_SEED, O_STOP, O_TEMP, O_THREADS, O_TOPK, O_TOPP, O_TRUNC,
 	O_VERBOSE, O_VERIFY, O_VERSION, O_MPI, O_MPI_TIMEOUT, O_SPEC, O_SPEC_K,
-	O_DRAFT,
+	O_DRAFT, O_GRAMMAR, O_SCHEMA,
 };
 
 static const struct option longopts[] = {
@@ -83,9 +84,11 @@ static const struct option longopts[] = {
 	{ "ctx-size", required_argument, NULL, O_CTX },
 	{ "draft", required_argument, NULL, O_DRAFT },
 	{ "file", required_argument, NULL, 'f' },
+	{ "grammar", required_argument, NULL, O_GRAMMAR },
 	{ "help", no_argument, NULL, 'h' },
 	{ "hugepages", no_argument, NULL, O_HUGE },
 	{ "ids", no_argument, NULL, O_IDS },
+	{ "json-schema", required_argument, NULL, O_SCHEMA },
 	{ "jsonl", no_argument, NULL, O_JSONL },
 	{ "logits-out", required_argument, NULL, O_LOGITS },
 	{ "min-p", required_argument, NULL, O_MINP },
@@ -144,6 +147,8 @@ static int parse_word(opts *o, int c, char *a)
 		return ds_spec_parse(a, &o->spec, &err) ?
 		       ds_opt_bad("--spec", a, err.msg) : 0;
 	case O_DRAFT: o->draft = a; return 0;
+	case O_GRAMMAR: o->grammar = a; return 0;
+	case O_SCHEMA: o->schema = a; return 0;
 	case O_STOP: return add_stop(o, a);
 	case 'f': o->file = a; return 0;
 	case 'm': o->dir = a; return 0;
@@ -231,6 +236,14 @@ static int check_args(const opts *o)
 		warnx("--spec-k needs --spec");
 		return 2;
 	}
+	if (o->grammar && o->schema) {
+		warnx("--grammar and --json-schema exclude each other");
+		return 2;
+	}
+	if ((o->grammar || o->schema) && o->perplexity) {
+		warnx("--perplexity samples nothing: no --grammar or --json-schema");
+		return 2;
+	}
 	return 0;
 }
 
@@ -280,6 +293,7 @@ typedef struct run {
 	ds_runner rn;
 	int have_rn;
 	ds_tok_ids all;            /* --perplexity: every line's ids */
+	ds_grammar *g;             /* --grammar, --json-schema */
 } run;
 
 /* --verbose: a line per request */
@@ -290,6 +304,10 @@ static void on_done(void *user, size_t index, enum ds_finish why,
 	warnx("request %zu: %zu prompt tokens (%zu cached), %zu generated, %s",
 	      index + 1, st->prompt_tokens, st->cached_tokens,
 	      st->completion_tokens, ds_finish_name(why));
+	if (st->mask_steps)
+		warnx("request %zu: grammar masks: %zu steps, %.3f ms (%.1f us a "
+		      "step)", index + 1, st->mask_steps, st->mask_s * 1e3,
+		      st->mask_s * 1e6 / (double)st->mask_steps);
 }
 
 /* The session's warnings (prompt cache files ignored). */
@@ -485,10 +503,12 @@ static int run_perplexity(run *r, ds_err *err)
 static enum ds_sess_tok tok_mode(const opts *o, const char **why)
 {
 	*why = o->prompt || o->file ? "-p and -f need" : o->chat ? "--chat needs" :
-	       o->n_stops ? "--stop needs" : "text output needs";
+	       o->n_stops ? "--stop needs" : o->grammar ? "--grammar needs" :
+	       o->schema ? "--json-schema needs" : "text output needs";
 	if (o->perplexity)
 		return DS_SESS_TOK_NONE;
-	if (o->out == OUT_TEXT || o->prompt || o->file || o->chat || o->n_stops)
+	if (o->out == OUT_TEXT || o->prompt || o->file || o->chat || o->n_stops ||
+	    o->grammar || o->schema)
 		return DS_SESS_TOK_NEED;
 	return o->out == OUT_IDS ? DS_SESS_TOK_NONE : DS_SESS_TOK_IF_PRESENT;
 }
@@ -501,7 +521,7 @@ static void runner_init(run *r)
 									     : DS_RUN_TEXT,
 		.text = stdout, .logits = r->lf.f, .sp = o->sp, .n_predict = o->n_predict,
 		.stops = o->stops, .n_stops = o->n_stops, .chat = o->chat,
-		.on_done = o->verbose ? on_done : NULL,
+		.on_done = o->verbose ? on_done : NULL, .grammar = r->g,
 	};
 
 	ds_runner_init(&r->rn, &r->s, &ro);
@@ -539,10 +559,40 @@ static int host_setup(const opts *o, ds_err *err)
 	return 0;
 }
 
+/* --grammar FILE (errors "FILE: line:col: ...") or --json-schema FILE
+ * ("FILE: schema.properties.x: ..."). */
+static int load_grammar(run *r, ds_err *err)
+{
+	const char *path = r->o->grammar ? r->o->grammar : r->o->schema;
+	json_error_t je;
+	json_t *j;
+	char *text;
+	size_t len;
+	int rc;
+
+	if (path == NULL)
+		return 0;
+	if (ds_read_file(path, DS_GRAMMAR_MAX_TEXT, &text, &len, err))
+		return -1;
+	if (r->o->grammar) {
+		rc = ds_grammar_parse(text, len, &r->g, err);
+	} else if ((j = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je)) == NULL) {
+		rc = ds_errf(err, "line %d column %d: %s", je.line, je.column, je.text);
+	} else {
+		rc = ds_grammar_from_schema(j, "schema", &r->g, err);
+		json_decref(j);
+	}
+	free(text);
+	return rc ? ds_err_prefix(err, "%s", path) : 0;
+}
+
 static int setup(run *r, ds_err *err)
 {
 	const opts *o = r->o;
 	ds_session_opts so;
+
+	if (load_grammar(r, err))
+		return -1;
 
 	/* first, on every rank: the model's split, then they follow */
 	if (r->d != NULL && ds_dist_model(r->d, o->dir, err))
@@ -576,6 +626,7 @@ static void teardown(run *r)
 	ds_tok_ids_free(&r->all);
 	ds_afile_abort(&r->lf);
 	ds_session_close(&r->s);
+	ds_grammar_free(r->g);
 }
 
 static int work(run *r, ds_err *err)

@@ -66,6 +66,12 @@ void ds_describe_runner(const ds_runner *n, enum ds_spec_kind spec)
 			 n->spec_steps, n->spec_steps ? 1 +
 			 (double)n->spec_accepted / n->spec_steps : 0,
 			 ds_spec_name(spec));
+	if (n->mask_steps)
+		ds_warnx("grammar: %zu masks in %.3f s (%.1f us a step, %.2f%% of "
+			 "the run)", n->mask_steps, n->mask_s,
+			 n->mask_s * 1e6 / (double)n->mask_steps,
+			 n->t_last > n->t_first ? 100 * n->mask_s /
+			 (n->t_last - n->t_first) : 0);
 	ds_warnx("RSS %.1f MiB", ds_rss_mib());
 }
 
