@@ -7,6 +7,7 @@
  */
 #include <err.h>
 #include <getopt.h>
+#include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@
 #include "base/cli.h"
 #include "base/util.h"
 #include "bench/kbench.h"
+#include "bench/maskbench.h"
 #include "bench/mbench.h"
 #include "bench/report.h"
 #include "bench/specbench.h"
@@ -26,6 +28,7 @@
 #include "kernels/kernels.h"
 #include "kernels/types.h"
 #include "model/kvcache.h"
+#include "runtime/session.h"
 #include "spec/drafter.h"
 
 static void usage(FILE *f)
@@ -40,6 +43,7 @@ static void usage(FILE *f)
 		"                --prompt-file FILE [--repeat-penalty R] [-n N] [-r N] [-t N]\n"
 		"       ds-bench (-m DIR | --synthetic SHAPE [--layers N] [--type TYPE])\n"
 		"                --verify E [-p CTX] [-r N] [-t N] [-o md|csv]\n"
+		"       ds-bench -m DIR --grammar DOC.json [--grammar DOC.json ...]\n"
 		"       ds-bench --synthetic SHAPE [--layers N] [--type TYPE] --save DIR\n"
 		"       ds-bench --synthetic list\n"
 		"       ds-bench --kernels [--cpu-time] [--cpus LIST] [-o md|csv|json] [-q]\n"
@@ -67,6 +71,9 @@ typedef struct opts {
 	long spec_k, verify;
 	const char *draft, *prompt_file;
 	float repeat_penalty;
+	/* --grammar: documents {schema, doc} whose masks are timed */
+	const char *gdocs[16];
+	int n_gdocs;
 } opts;
 
 /* A comma-separated list of up to MAX numbers in [lo, hi]: how many, or
@@ -192,6 +199,11 @@ static int parse_opt(opts *o, int c, const char *a)
 			return ds_opt_bad("--verify", a, "expected 1 to 16 entries");
 		return 0;
 	case 'w': o->k.types = a; return 0;
+	case 'g':
+		if (o->n_gdocs == 16)
+			return ds_opt_bad("--grammar", a, "at most 16 documents");
+		o->gdocs[o->n_gdocs++] = a;
+		return 0;
 	case 'o':
 		if (ds_report_parse(a, &o->out.fmt))
 			return ds_opt_bad("-o", a, "expected md, csv, json or jsonl");
@@ -217,6 +229,11 @@ static int check_spec(const opts *o)
 	}
 	if ((o->spec == DS_SPEC_DRAFT) != (o->draft != NULL)) {
 		warnx("--draft DIR goes with --spec draft, and --spec draft needs it");
+		return 2;
+	}
+	if (o->n_gdocs && (!o->dir || o->spec || o->verify || o->n_pp || o->n_tg ||
+			   other || o->mpi || o->out.fmt != DS_REPORT_MD)) {
+		warnx("--grammar takes -m DIR alone (markdown rows)");
 		return 2;
 	}
 	if (o->verify && (o->mode != 'B' || o->n_tg || o->save)) {
@@ -276,6 +293,7 @@ static int parse_args(opts *o, int argc, char **argv)
 		{ "cpus", required_argument, NULL, 'c' },
 		{ "ctx-size", required_argument, NULL, 'G' },
 		{ "draft", required_argument, NULL, 'D' },
+		{ "grammar", required_argument, NULL, 'g' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "hugepages", no_argument, NULL, 'H' },
 		{ "kernels", no_argument, NULL, 'K' },
@@ -653,7 +671,8 @@ int main(int argc, char **argv)
 			o.threads[0] = n > 0 && n < 1024 ? (int)n : 1;
 			o.n_threads = 1;
 		}
-		rc = o.save ? (save_synthetic(&o, &err) ? 1 : 0) :
+		rc = o.n_gdocs ? (ds_maskbench(o.dir, o.gdocs, o.n_gdocs, &err) ? 1 : 0) :
+		     o.save ? (save_synthetic(&o, &err) ? 1 : 0) :
 		     o.spec ? (run_spec(&o, &err) ? 1 : 0) :
 		     o.verify ? (run_verify(&o, &err) ? 1 : 0) : run_mpi(&o, &err);
 		if (rc && cancel)

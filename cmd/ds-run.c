@@ -18,6 +18,7 @@
 #include "bench/perplexity.h"
 #include "dist/dist.h"
 #include "host/sysinfo/sysinfo.h"
+#include "runtime/describe.h"
 #include "runtime/runner.h"
 #include "spec/drafter.h"
 
@@ -29,7 +30,7 @@ static void usage(FILE *f)
 		"              [--repeat-last-n N] [--seed S] [--stop STR ...] [--ids | --jsonl]\n"
 		"              [--logits-out FILE] [--parallel N] [-p TEXT | -f FILE] [--chat]\n"
 		"              [--chat-template NAME | --chat-template-file FILE] [--perplexity]\n"
-		"              [--truncate] [--verify]\n"
+		"              [--truncate] [--verify] [--grammar FILE | --json-schema FILE]\n"
 		"              [--mlock] [--no-populate] [--hugepages] [--numa MODE]\n"
 		"              [--cpus LIST] [--sched-fifo PRIO] [--cache-type TYPE]\n"
 		"              [--cache-ram MIB] [--cache-dir DIR] [--verbose]\n"
@@ -45,6 +46,7 @@ enum out_mode { OUT_TEXT, OUT_IDS, OUT_JSONL };
 typedef struct opts {
 	const char *dir, *prompt, *file, *logits_out, *cpus, *chat_tmpl, *chat_file;
 	const char *cache_dir, *draft;
+	const char *grammar, *schema;   /* --grammar, --json-schema */
 	long cache_mib;
 	long n_predict;
 	uint32_t ctx_size, parallel;
@@ -68,7 +70,7 @@ enum {
 	O_LOGITS, O_MINP, O_MLOCK, O_NOPOP, O_NUMA, O_PAR, O_PPL, O_RLN, O_RP,
 	O_FIFO, O_SEED, O_STOP, O_TEMP, O_THREADS, O_TOPK, O_TOPP, O_TRUNC,
 	O_VERBOSE, O_VERIFY, O_VERSION, O_MPI, O_MPI_TIMEOUT, O_SPEC, O_SPEC_K,
-	O_DRAFT,
+	O_DRAFT, O_GRAMMAR, O_SCHEMA,
 };
 
 static const struct option longopts[] = {
@@ -82,9 +84,11 @@ static const struct option longopts[] = {
 	{ "ctx-size", required_argument, NULL, O_CTX },
 	{ "draft", required_argument, NULL, O_DRAFT },
 	{ "file", required_argument, NULL, 'f' },
+	{ "grammar", required_argument, NULL, O_GRAMMAR },
 	{ "help", no_argument, NULL, 'h' },
 	{ "hugepages", no_argument, NULL, O_HUGE },
 	{ "ids", no_argument, NULL, O_IDS },
+	{ "json-schema", required_argument, NULL, O_SCHEMA },
 	{ "jsonl", no_argument, NULL, O_JSONL },
 	{ "logits-out", required_argument, NULL, O_LOGITS },
 	{ "min-p", required_argument, NULL, O_MINP },
@@ -143,6 +147,8 @@ static int parse_word(opts *o, int c, char *a)
 		return ds_spec_parse(a, &o->spec, &err) ?
 		       ds_opt_bad("--spec", a, err.msg) : 0;
 	case O_DRAFT: o->draft = a; return 0;
+	case O_GRAMMAR: o->grammar = a; return 0;
+	case O_SCHEMA: o->schema = a; return 0;
 	case O_STOP: return add_stop(o, a);
 	case 'f': o->file = a; return 0;
 	case 'm': o->dir = a; return 0;
@@ -230,6 +236,14 @@ static int check_args(const opts *o)
 		warnx("--spec-k needs --spec");
 		return 2;
 	}
+	if (o->grammar && o->schema) {
+		warnx("--grammar and --json-schema exclude each other");
+		return 2;
+	}
+	if ((o->grammar || o->schema) && o->perplexity) {
+		warnx("--perplexity samples nothing: no --grammar or --json-schema");
+		return 2;
+	}
 	return 0;
 }
 
@@ -279,6 +293,7 @@ typedef struct run {
 	ds_runner rn;
 	int have_rn;
 	ds_tok_ids all;            /* --perplexity: every line's ids */
+	ds_grammar *g;             /* --grammar, --json-schema */
 } run;
 
 /* --verbose: a line per request */
@@ -286,9 +301,7 @@ static void on_done(void *user, size_t index, enum ds_finish why,
 		    const ds_req_stats *st)
 {
 	(void)user;
-	warnx("request %zu: %zu prompt tokens (%zu cached), %zu generated, %s",
-	      index + 1, st->prompt_tokens, st->cached_tokens,
-	      st->completion_tokens, ds_finish_name(why));
+	ds_describe_request(index, why, st);
 }
 
 /* The session's warnings (prompt cache files ignored). */
@@ -484,67 +497,14 @@ static int run_perplexity(run *r, ds_err *err)
 static enum ds_sess_tok tok_mode(const opts *o, const char **why)
 {
 	*why = o->prompt || o->file ? "-p and -f need" : o->chat ? "--chat needs" :
-	       o->n_stops ? "--stop needs" : "text output needs";
+	       o->n_stops ? "--stop needs" : o->grammar ? "--grammar needs" :
+	       o->schema ? "--json-schema needs" : "text output needs";
 	if (o->perplexity)
 		return DS_SESS_TOK_NONE;
-	if (o->out == OUT_TEXT || o->prompt || o->file || o->chat || o->n_stops)
+	if (o->out == OUT_TEXT || o->prompt || o->file || o->chat || o->n_stops ||
+	    o->grammar || o->schema)
 		return DS_SESS_TOK_NEED;
 	return o->out == OUT_IDS ? DS_SESS_TOK_NONE : DS_SESS_TOK_IF_PRESENT;
-}
-
-static void verbose_setup(const run *r)
-{
-	const ds_session *s = &r->s;
-	ds_fwd_info fi;
-
-	ds_fwd_get_info(s->fwd, &fi);
-	warnx("model %s: %s, %u layers, %.1f MiB of weights, %.1f MiB read per "
-	      "decoded token, %.1f MiB derived (MLA)", r->o->dir,
-	      ds_arch_name(s->m.hp.arch), s->m.hp.n_layer, fi.weight_bytes / 1048576.0,
-	      fi.active_bytes / 1048576.0, fi.derived_bytes / 1048576.0);
-	warnx("kernels %s, %d threads, seed %llu", ds_kernels_name(),
-	      ds_pool_threads(s->pool), (unsigned long long)r->o->sp.seed);
-	warnx("loaded in %.3f s", s->t_load);
-	warnx("KV cache %s: %u slots x %u positions = %.1f MiB (%zu bytes a position)",
-	      ds_kvtype_name(s->kv.type), s->kv.n_slot, s->kv.n_ctx,
-	      s->kv.bytes / 1048576.0, ds_kvcache_span(&s->kv, 1));
-	if (s->drafter)
-		warnx("spec: %s drafts, K %s, %.1f MiB read per draft", s->drafter->name,
-		      r->o->spec_k ? "fixed" : "adaptive",
-		      s->drafter->active_bytes / 1048576.0);
-	if (s->pc) {
-		ds_pcache_stats ps;
-
-		ds_pcache_get_stats(s->pc, &ps);
-		warnx("prompt cache: %.1f MiB in blocks of %d positions; %zu blocks "
-		      "(%.1f MiB) read from --cache-dir, %zu files ignored",
-		      ps.max_bytes / 1048576.0, DS_PCACHE_BLOCK, ps.blocks,
-		      ps.bytes / 1048576.0, ps.ignored);
-	}
-	warnx("RSS %.1f MiB", ds_rss_mib());
-}
-
-/* --verbose under --mpi: each rank's share, or what it moved. */
-static void verbose_rank(const ds_dist *d, const ds_session *s, int end)
-{
-	ds_fwd_info fi;
-	ds_dist_stats st;
-	uint32_t e0, e1;
-
-	ds_fwd_get_info(s->fwd, &fi);
-	ds_dist_experts(d, &e0, &e1);
-	ds_dist_local(d, &st);
-	if (!end)
-		warnx("rank %d of %d (pid %d): experts %u-%u of %u, %.1f MiB of the "
-		      "weights, RSS %.1f MiB", ds_dist_rank(d), ds_dist_size(d),
-		      (int)getpid(), e0, e1 - 1, s->m.hp.n_expert,
-		      fi.share_bytes / 1048576.0, ds_rss_mib());
-	else
-		warnx("rank %d: %llu exchanges, %.2f MiB sent, %.2f MiB received, "
-		      "%.3f s waiting in them; %llu batches; RSS %.1f MiB (peak %.1f)",
-		      ds_dist_rank(d), (unsigned long long)st.exchanges,
-		      st.sent / 1048576.0, st.recv / 1048576.0, st.wait_s,
-		      (unsigned long long)st.batches, ds_rss_mib(), ds_rss_peak_mib());
 }
 
 static void runner_init(run *r)
@@ -555,7 +515,7 @@ static void runner_init(run *r)
 									     : DS_RUN_TEXT,
 		.text = stdout, .logits = r->lf.f, .sp = o->sp, .n_predict = o->n_predict,
 		.stops = o->stops, .n_stops = o->n_stops, .chat = o->chat,
-		.on_done = o->verbose ? on_done : NULL,
+		.on_done = o->verbose ? on_done : NULL, .grammar = r->g,
 	};
 
 	ds_runner_init(&r->rn, &r->s, &ro);
@@ -598,6 +558,11 @@ static int setup(run *r, ds_err *err)
 	const opts *o = r->o;
 	ds_session_opts so;
 
+	if ((o->grammar || o->schema) &&
+	    ds_grammar_load(o->grammar ? o->grammar : o->schema, !o->grammar,
+			    &r->g, err))
+		return -1;
+
 	/* first, on every rank: the model's split, then they follow */
 	if (r->d != NULL && ds_dist_model(r->d, o->dir, err))
 		return -1;
@@ -614,9 +579,9 @@ static int setup(run *r, ds_err *err)
 		return ds_errf(err, "%s: %s: give --chat-template or "
 			       "--chat-template-file", o->dir, r->s.tpl_err);
 	if (o->verbose)
-		verbose_setup(r);
+		ds_describe_session(&r->s, o->dir, o->sp.seed, o->spec_k);
 	if (o->verbose && r->d != NULL)
-		verbose_rank(r->d, &r->s, 0);
+		ds_describe_rank(r->d, &r->s, 0);
 	if (o->logits_out && ds_afile_open(&r->lf, o->logits_out, err))
 		return -1;
 	runner_init(r);
@@ -630,28 +595,7 @@ static void teardown(run *r)
 	ds_tok_ids_free(&r->all);
 	ds_afile_abort(&r->lf);
 	ds_session_close(&r->s);
-}
-
-static void verbose_end(const run *r)
-{
-	const ds_runner *n = &r->rn;
-
-	/* prompt: tokens / time to the first sampled token; decode: the
-	 * tokens sampled after the first / the time after it (summed over
-	 * the requests, so with --parallel each is its own request's rate) */
-	warnx("%zu prompt tokens in %.3f s (%.1f tokens/s), %zu generated in %.3f s "
-	      "(%.2f tokens/s decoding), %.3f s in all", n->tot_prompt, n->t_pre,
-	      n->t_pre > 0 ? n->tot_prompt / n->t_pre : 0, n->tot_gen, n->t_dec,
-	      n->t_dec > 0 ? n->n_dec / n->t_dec : 0, n->t_last - n->t_first);
-	/* the mean accepted length: tokens a verification step gave, its
-	 * kept drafts and the target's own token */
-	if (r->o->spec)
-		warnx("spec: drafted %zu accepted %zu (%.3f) in %zu steps, mean "
-		      "accepted length %.2f (%s)", n->spec_drafted, n->spec_accepted,
-		      n->spec_drafted ? (double)n->spec_accepted / n->spec_drafted : 0,
-		      n->spec_steps, n->spec_steps ? 1 + (double)n->spec_accepted /
-		      n->spec_steps : 0, ds_spec_name(r->o->spec));
-	warnx("RSS %.1f MiB", ds_rss_mib());
+	ds_grammar_free(r->g);
 }
 
 static int work(run *r, ds_err *err)
@@ -688,10 +632,10 @@ static int follow(const opts *o, ds_dist *d)
 	if (host_setup(o, &err) || ds_session_open(&s, &so, &err))
 		ds_dist_fail(d, err.msg);
 	if (o->verbose)
-		verbose_rank(d, &s, 0);
+		ds_describe_rank(d, &s, 0);
 	rc = ds_dist_follow(d, s.fwd, &s.kv, &err);
 	if (o->verbose && rc == 0)
-		verbose_rank(d, &s, 1);
+		ds_describe_rank(d, &s, 1);
 	ds_session_close(&s);
 	return rc;
 }
@@ -705,11 +649,11 @@ static int lead(run *r)
 	if (rc)
 		warnx("%s", err.msg);
 	else if (r->o->verbose)
-		verbose_end(r);
+		ds_describe_runner(&r->rn, r->o->spec);
 	if (r->d != NULL) {
 		ds_dist_done(r->d, rc);
 		if (r->o->verbose && rc == 0)
-			verbose_rank(r->d, &r->s, 1);
+			ds_describe_rank(r->d, &r->s, 1);
 	}
 	teardown(r);
 	return rc;

@@ -16,16 +16,15 @@
 #include "format/modelfile.h"
 #include "tokenizer/tokenizer.h"
 
-static const char *prog = "ds-tok";
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: %s (-m DIR | -t FILE) [-l] [--bos|--no-bos] "
-		"[--no-special] [--pieces] [--count] [-d]\n"
-		"       %s (-m DIR | -t FILE) --chat [--render] [-l] [--pieces] "
-		"[--count]\n"
-		"              [--chat-template NAME | --chat-template-file FILE] "
-		"[--now SECONDS]\n", prog, prog);
+	fputs("usage: ds-tok (-m DIR | -t FILE) [-l] [--bos|--no-bos] "
+	      "[--no-special] [--pieces] [--count] [-d]\n"
+	      "       ds-tok (-m DIR | -t FILE) --chat [--render] [-l] [--pieces] "
+	      "[--count]\n"
+	      "              [--chat-template NAME | --chat-template-file FILE] "
+	      "[--now SECONDS]\n", f);
 }
 
 struct opts {
@@ -36,9 +35,10 @@ struct opts {
 	unsigned flags;
 };
 
+/* One line on stderr, then exit status 1. */
 static int die(const char *msg)
 {
-	fprintf(stderr, "%s: %s\n", prog, msg);
+	ds_warnx("%s", msg);
 	return 1;
 }
 
@@ -190,15 +190,14 @@ static int decode(const ds_tok *tok, const struct opts *o)
 		/* ids past the vocabulary are the decoder's to name */
 		if (ds_tok_ids_parse(line, (size_t)n, UINT32_MAX, &ids,
 				     &err) != 0) {
-			fprintf(stderr, "%s: line %ld: %s\n", prog, lineno,
-				err.msg);
+			ds_warnx("line %ld: %s", lineno, err.msg);
 			rc = 1;
 			break;
 		}
 		out.n = 0;
 		if (ds_tok_decode(tok, ids.v, ids.n, o->flags & DS_TOK_NO_SPECIAL,
 				  &out, &err) != 0) {
-			fprintf(stderr, "%s: line %ld: %s\n", prog, lineno, err.msg);
+			ds_warnx("line %ld: %s", lineno, err.msg);
 			rc = 1;
 			break;
 		}
@@ -343,7 +342,7 @@ static int own_template(const where *w, ds_chat_tpl *t, ds_err *err)
 	rc = ds_chat_tpl_meta(t, m, warn, sizeof warn, err);
 	json_decref(m);
 	if (warn[0])
-		fprintf(stderr, "%s: warning: %s\n", prog, warn);
+		ds_warnx("warning: %s", warn);
 	return rc;
 }
 
@@ -510,7 +509,7 @@ static int parse_args(struct opts *o, int argc, char **argv)
 		case O_RENDER: o->render = o->chat = 1; break;
 		case O_TMPL: o->chat_tmpl = optarg; break;
 		case O_TMPL_FILE: o->chat_file = optarg; break;
-		case O_VERSION: printf("%s %s\n", prog, DS_VERSION); return -1;
+		case O_VERSION: printf("ds-tok %s\n", DS_VERSION); return -1;
 		default: usage(stderr); return 2;
 		}
 	}

@@ -1,7 +1,8 @@
 /*
  * kernels.c - the dispatch table: the choice among the ISAs that
- * cpu_<arch>.c detects and fills (kernels/cpu.h), and the helpers every
- * ISA shares.
+ * cpu_<arch>.c detects and fills (kernels/cpu.h).  The value helpers
+ * every ISA shares are in mat.c, so that the ISA files call down into it
+ * and never back into the file that calls them.
  *
  * Compiled without target flags: nothing here may run an instruction the
  * CPU might lack.  Each ISA's table starts as a copy of the one below it
@@ -94,100 +95,4 @@ const ds_kernels *ds_kernels_isa(enum ds_isa isa)
 const char *ds_isa_name(enum ds_isa isa)
 {
 	return (unsigned)isa < DS_ISA_COUNT ? isa_names[isa] : "?";
-}
-
-ds_mat ds_mat_make(ds_ttype t, const void *data, uint64_t n, uint64_t k,
-		   const int32_t *perm)
-{
-	ds_mat m;
-
-	m.type = t;
-	m.data = data;
-	m.n = n;
-	m.k = k;
-	m.kp = ds_ttype_interleaved(t) ? ds_kpad(t, k) : k;
-	m.rs_bytes = ds_ttype_interleaved(t) ? ds_rowset_bytes(t, k) : 0;
-	m.perm = perm;
-	m.ne = 1;
-	m.e_bytes = ds_ttype_interleaved(t) ? m.rs_bytes * ((n + DS_ROWSET - 1) / DS_ROWSET)
-					     : n * k * (t.dt == DS_F16 ? 2 : 4);
-	return m;
-}
-
-ds_mat ds_mat_from_rowset(const ds_mat *w, uint64_t rs0)
-{
-	ds_mat m = *w;
-	uint64_t r0 = rs0 * DS_ROWSET;
-
-	if (ds_ttype_interleaved(w->type))
-		m.data += rs0 * w->rs_bytes;
-	else
-		m.data += r0 * w->k * (w->type.dt == DS_F16 ? 2 : 4);
-	m.n = w->n > r0 ? w->n - r0 : 0;
-	return m;
-}
-
-ds_act ds_act_rows(const ds_act *x, size_t t0, size_t nt)
-{
-	ds_act r = *x;
-	size_t nb = x->ldq / DS_QBLOCK;
-
-	r.t = nt;
-	if (x->f)
-		r.f = x->f + t0 * x->ldf;
-	if (x->b)
-		r.b = x->b + t0 * x->ldq;
-	if (x->q) {
-		r.q = x->q + t0 * x->ldq;
-		r.qd = x->qd + t0 * nb;
-		r.qs = x->qs + t0 * nb;
-	}
-	if (x->qt)
-		r.qt = x->qt + t0;
-	return r;
-}
-
-size_t ds_act_qt_ld(size_t rows)
-{
-	return rows > SIZE_MAX - 31 ? 0 : (rows + 15) / 16 * 16 | 16;
-}
-
-size_t ds_act_qt_floats(size_t ldqt, size_t ldq)
-{
-	const size_t nb = ldq / DS_QBLOCK;
-
-	/* the bytes too must fit a size_t */
-	if (nb == 0 || ldqt == 0 || nb > SIZE_MAX / sizeof(float) / 2 ||
-	    ldqt > SIZE_MAX / sizeof(float) / (2 * nb))
-		return 0;
-	return 2 * nb * ldqt;
-}
-
-void ds_act_qt_row(float *qt, size_t ldqt, size_t ldq, size_t r, const float *d,
-		   const float *s)
-{
-	const size_t nb = ldq / DS_QBLOCK;
-	float *p = qt + r;
-	size_t b;
-
-	for (b = 0; b < nb; b++) {
-		p[b * ldqt] = d[b];
-		p[(nb + b) * ldqt] = DS_Q8_ADDEND(s[b]);
-	}
-}
-
-size_t ds_kv_row_bytes(enum ds_kvtype t, size_t dim)
-{
-	switch (t) {
-	case DS_KV_F32: return 4 * dim;
-	case DS_KV_F16:
-	case DS_KV_BF16: return 2 * dim;
-	case DS_KV_Q8: return 36 * (dim / DS_QBLOCK);
-	}
-	return 0;
-}
-
-size_t ds_kv_col_offset(enum ds_kvtype t, size_t col)
-{
-	return ds_kv_row_bytes(t, col);
 }

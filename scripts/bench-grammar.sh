@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 out=build/bench-grammar
 mkdir -p "$out"
 scripts/ref/fetch-npm.sh >&2
-cc -std=gnu11 -O2 -Ilibcore -Ilibcore/util scripts/gbench.c build/libdscore.a \
+cc -std=gnu11 -O2 -I. -Ilibcore scripts/gbench.c build/libdscore.a \
 	-ljansson -lz -lm -o "$out/gbench"
 grep -m1 'model name' /proc/cpuinfo | sed 's/^.*: /CPU: /' >&2
 "$out/gbench" "$@"

@@ -32,6 +32,11 @@ void ds_chat_tpl_free(ds_chat_tpl *t)
 	memset(t, 0, sizeof *t);
 }
 
+static int has(const char *src, size_t len, const char *s)
+{
+	return memmem(src, len, s, strlen(s)) != NULL;
+}
+
 int ds_chat_tpl_named(ds_chat_tpl *t, const char *name, const json_t *special,
 		      ds_err *err)
 {
@@ -45,6 +50,8 @@ int ds_chat_tpl_named(ds_chat_tpl *t, const char *name, const json_t *special,
 	snprintf(t->origin, sizeof t->origin, "the named template %s", name);
 	t->think = t->named == DS_CHAT_DEEPSEEK_R1;
 	t->end_marker = ds_chat_end_marker(t->named);
+	t->tool_fmt = t->named == DS_CHAT_DEEPSEEK3 || t->named == DS_CHAT_DEEPSEEK_R1
+		      ? DS_TOOLFMT_DEEPSEEK : DS_TOOLFMT_HERMES;
 	return 0;
 }
 
@@ -64,6 +71,12 @@ int ds_chat_tpl_jinja(ds_chat_tpl *t, const char *src, size_t len,
 	/* R1-style templates drop the reasoning of earlier answers: they
 	 * know the block's end */
 	t->think = memmem(src, len, "</think>", 8) != NULL;
+	t->renders_tools = memmem(src, len, "tools", 5) != NULL;
+	t->renders_calls = memmem(src, len, "tool_calls", 10) != NULL;
+	t->tool_fmt = has(src, len, "<\xef\xbd\x9c" "tool\xe2\x96\x81" "call\xe2\x96\x81" "begin\xef\xbd\x9c>")
+		      ? DS_TOOLFMT_DEEPSEEK : has(src, len, "<|python_tag|>") ||
+		      (t->renders_tools && has(src, len, "\"parameters\"") &&
+		       !has(src, len, "<tool_call>")) ? DS_TOOLFMT_LLAMA3 : DS_TOOLFMT_HERMES;
 	for (i = 0; i < sizeof end_markers / sizeof end_markers[0]; i++)
 		if (memmem(src, len, end_markers[i], strlen(end_markers[i])) != NULL) {
 			t->end_marker = end_markers[i];

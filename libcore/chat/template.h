@@ -45,6 +45,17 @@ typedef struct ds_chat_tpl {
 	int think;                  /* it handles <think> blocks (R1 style) */
 	const char *end_marker;     /* its end of turn besides EOS, or NULL */
 	ds_jinja_opts jo;           /* the clock strftime_now() reads */
+	/* tools (serve/tools.c): the format its tool calls take, and what
+	 * it renders itself */
+	enum ds_tool_fmt {
+		DS_TOOLFMT_HERMES,      /* <tool_call>{"name", "arguments"}</tool_call>
+					   (Qwen; ds's own for templates
+					   without one) */
+		DS_TOOLFMT_DEEPSEEK,    /* <｜tool▁calls▁begin｜>... (V3, R1) */
+		DS_TOOLFMT_LLAMA3,      /* {"name", "parameters"} (Llama 3.1+) */
+	} tool_fmt;
+	int renders_tools;          /* it reads the "tools" variable */
+	int renders_calls;          /* it reads messages' tool_calls */
 } ds_chat_tpl;
 
 /* The special tokens transformers passes to a template: the

@@ -294,19 +294,14 @@ static int check_spans(span *sp, size_t n, const ds_st_tensor *ts,
 	return 0;
 }
 
-/* Parse and validate the header of file `fi`; append its tensors. */
-static int parse_header(ds_st *st, uint32_t fi, ds_err *err)
+/* The JSON object of file f's header in *root; *base is where the data
+ * starts. */
+static int load_header(const ds_st_file *f, json_t **root, uint64_t *base,
+		       ds_err *err)
 {
-	ds_st_file *f = &st->files[fi];
 	const uint8_t *d = f->map.data;
-	uint64_t size = f->map.size, hlen, base, i;
+	uint64_t size = f->map.size, hlen, i;
 	json_error_t jerr;
-	json_t *root;
-	const char *key;
-	json_t *v;
-	span *sp = NULL;
-	size_t n = 0, cap, first = st->n_tensors;
-	int rc = -1;
 
 	if (size < 8)
 		return ds_errf(err, "%s: %llu bytes, shorter than the 8-byte "
@@ -324,77 +319,102 @@ static int parse_header(ds_st *st, uint32_t fi, ds_err *err)
 			       (unsigned long long)hlen, (unsigned long long)size);
 	if (d[8] != '{')
 		return ds_errf(err, "%s: header does not start with '{'", f->name);
-	root = json_loadb((const char *)d + 8, hlen,
-			  JSON_REJECT_DUPLICATES | JSON_DISABLE_EOF_CHECK, &jerr);
-	if (root == NULL)
+	*root = json_loadb((const char *)d + 8, hlen,
+			   JSON_REJECT_DUPLICATES | JSON_DISABLE_EOF_CHECK, &jerr);
+	if (*root == NULL)
 		return ds_errf(err, "%s: header: %s at byte %d", f->name,
 			       jerr.text, jerr.position);
+	*base = 8 + hlen;
 	for (i = (uint64_t)jerr.position; i < hlen; i++)
-		if (d[8 + i] != ' ') {
-			ds_errf(err, "%s: header: byte %llu after the JSON object "
-				"is not a space", f->name, (unsigned long long)i);
-			goto out;
-		}
-	if (!json_is_object(root)) {
-		ds_errf(err, "%s: header is not a JSON object", f->name);
-		goto out;
-	}
-	base = 8 + hlen;
-	cap = json_object_size(root);
-	sp = ds_calloc(cap ? cap : 1, sizeof *sp, err);
-	if (sp == NULL)
-		goto out;
-	{
-		ds_st_tensor *nt = realloc(st->tensors, (st->n_tensors + cap + 1) *
-						       sizeof *nt);
-		if (nt == NULL) {
-			ds_errf(err, "%s: out of memory", f->name);
-			goto out;
-		}
-		st->tensors = nt;
-	}
-	json_object_foreach(root, key, v) {
+		if (d[8 + i] != ' ')
+			return ds_errf(err, "%s: header: byte %llu after the JSON "
+				       "object is not a space", f->name,
+				       (unsigned long long)i);
+	if (!json_is_object(*root))
+		return ds_errf(err, "%s: header is not a JSON object", f->name);
+	return 0;
+}
+
+/* Append the entries of header root (file fi, data at base) to st's
+ * tensors, their spans to sp (room for every key); *n counts them. */
+static int add_entries(ds_st *st, uint32_t fi, const json_t *root,
+		       uint64_t base, span *sp, size_t *n, ds_err *err)
+{
+	const ds_st_file *f = &st->files[fi];
+	const char *key;
+	json_t *v;
+
+	json_object_foreach((json_t *)root, key, v) {
 		ds_st_tensor *t = &st->tensors[st->n_tensors];
 		uint64_t b = 0, e = 0;
 
 		if (strcmp(key, "__metadata__") == 0) {
 			if (check_metadata(v, f->name, err))
-				goto out;
+				return -1;
 			continue;
 		}
 		memset(t, 0, sizeof *t);
 		if (parse_entry(key, v, t, &b, &e, f->name, err))
-			goto out;
+			return -1;
 		t->name = strdup(key);
-		if (t->name == NULL) {
-			ds_errf(err, "%s: out of memory", f->name);
-			goto out;
-		}
+		if (t->name == NULL)
+			return ds_errf(err, "%s: out of memory", f->name);
 		t->file = fi;
 		t->offset = base + b;
-		sp[n].begin = b;
-		sp[n].end = e;
-		sp[n].idx = st->n_tensors;
+		sp[*n] = (span){ .begin = b, .end = e, .idx = st->n_tensors };
 		st->n_tensors++;
-		n++;
+		(*n)++;
 	}
-	if (check_spans(sp, n, st->tensors, size - base, base, size, f->name,
-			err))
-		goto out;
-	/* keep the file's tensors in offset order: the conversion streams */
-	{
-		ds_st_tensor *tmp = ds_calloc(n ? n : 1, sizeof *tmp, err);
+	return 0;
+}
 
-		if (tmp == NULL)
-			goto out;
-		for (i = 0; i < n; i++) {
-			tmp[i] = st->tensors[sp[i].idx];
-			tmp[i].data = d + tmp[i].offset; /* in bounds: checked */
-		}
-		memcpy(st->tensors + first, tmp, n * sizeof *tmp);
-		free(tmp);
+/* Put the n tensors from index `first` in the order of sp (by offset: the
+ * conversion streams) and point them into the mapping d. */
+static int order_by_offset(ds_st *st, size_t first, const span *sp, size_t n,
+			   const uint8_t *d, ds_err *err)
+{
+	ds_st_tensor *tmp = ds_calloc(n ? n : 1, sizeof *tmp, err);
+	size_t i;
+
+	if (tmp == NULL)
+		return -1;
+	for (i = 0; i < n; i++) {
+		tmp[i] = st->tensors[sp[i].idx];
+		tmp[i].data = d + tmp[i].offset; /* in bounds: checked */
 	}
-	rc = 0;
+	memcpy(st->tensors + first, tmp, n * sizeof *tmp);
+	free(tmp);
+	return 0;
+}
+
+/* Parse and validate the header of file `fi`; append its tensors. */
+static int parse_header(ds_st *st, uint32_t fi, ds_err *err)
+{
+	ds_st_file *f = &st->files[fi];
+	uint64_t base = 0, size = f->map.size;
+	size_t n = 0, cap, first = st->n_tensors;
+	ds_st_tensor *nt;
+	span *sp = NULL;
+	json_t *root = NULL;
+	int rc = -1;
+
+	if (load_header(f, &root, &base, err))
+		goto out;
+	cap = json_object_size(root);
+	sp = ds_calloc(cap ? cap : 1, sizeof *sp, err);
+	if (sp == NULL)
+		goto out;
+	nt = realloc(st->tensors, (st->n_tensors + cap + 1) * sizeof *nt);
+	if (nt == NULL) {
+		ds_errf(err, "%s: out of memory", f->name);
+		goto out;
+	}
+	st->tensors = nt;
+	if (add_entries(st, fi, root, base, sp, &n, err) == 0 &&
+	    check_spans(sp, n, st->tensors, size - base, base, size, f->name,
+			err) == 0 &&
+	    order_by_offset(st, first, sp, n, f->map.data, err) == 0)
+		rc = 0;
 out:
 	free(sp);
 	json_decref(root);

@@ -188,6 +188,8 @@ static void account(ds_runner *r, const ds_req_stats *st)
 	r->spec_drafted += st->spec_drafted;
 	r->spec_accepted += st->spec_accepted;
 	r->spec_steps += st->spec_steps;
+	r->mask_steps += st->mask_steps;
+	r->mask_s += st->mask_s;
 	if (st->prompt_tokens) {
 		r->t_pre += st->t_prompt - st->t_start;
 		r->t_dec += st->t_end - st->t_prompt;
@@ -262,10 +264,13 @@ static int submit(ds_runner *r, rq *q, ds_err *err)
 		.all_logits = r->o.logits != NULL,
 		.cb = { .on_logits = cb_logits, .on_token = cb_token,
 			.on_done = cb_done, .user = q },
+		.grammar = r->o.grammar,
 	};
 
 	if (r->s->tok != NULL &&
 	    ds_textout_init(&q->to, r->s->tok, r->o.stops, r->o.n_stops, err))
+		return -1;
+	if (req.grammar && ds_session_gvocab(r->s, &req.gvocab, err))
 		return -1;
 	if (q->ids.n == 0) {        /* an empty line: an empty answer */
 		q->why = DS_FINISH_LENGTH;

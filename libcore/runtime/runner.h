@@ -29,6 +29,8 @@ typedef struct ds_runner_opts {
 	size_t n_stops;
 	int chat;                 /* chat turns: the template's end of turn
 				     stops too */
+	const ds_grammar *grammar;/* every answer constrained to it (needs
+				     the tokenizer), or NULL */
 	/* called as each request ends (may be NULL) */
 	void (*on_done)(void *user, size_t index, enum ds_finish why,
 			const ds_req_stats *st);
@@ -54,6 +56,9 @@ typedef struct ds_runner {
 	double t_pre, t_dec, t_first, t_last;
 	/* speculative decoding: drafts made and kept, verification steps */
 	size_t spec_drafted, spec_accepted, spec_steps;
+	/* the grammar's masks: steps and seconds */
+	size_t mask_steps;
+	double mask_s;
 } ds_runner;
 
 void ds_runner_init(ds_runner *r, ds_session *s, const ds_runner_opts *o);

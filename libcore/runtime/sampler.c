@@ -202,6 +202,12 @@ static int cut(ds_sampler *s, int n, float *prob)
 	double sum = 0, acc = 0;
 	int i, keep = n;
 
+	/* tokens a grammar masked (-inf, last in the order) are out */
+	for (i = 1; i < n; i++)
+		if (c[i].logit == -INFINITY) {
+			n = keep = i;
+			break;
+		}
 	for (i = 0; i < n; i++) {
 		prob[i] = expf(c[i].logit - c[0].logit);
 		sum += prob[i];

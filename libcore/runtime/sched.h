@@ -71,6 +71,7 @@
 
 #include "model/forward.h"
 #include "model/kvcache.h"
+#include "grammar/grammar.h"
 #include "pcache.h"
 #include "sampler.h"
 #include "base/util.h"
@@ -101,6 +102,9 @@ typedef struct ds_req_stats {
 	size_t spec_drafted, spec_accepted, spec_steps;
 	size_t cached_tokens;       /* prompt positions not computed: taken
 				       from the prompt cache */
+	/* constrained decoding: steps masked, seconds spent on the masks */
+	size_t mask_steps;
+	double mask_s;
 } ds_req_stats;
 
 typedef struct ds_req_cb {
@@ -128,6 +132,18 @@ typedef struct ds_req {
 	int all_logits;             /* on_logits for every prompt position */
 	int no_spec;                /* no drafts for this request */
 	ds_req_cb cb;
+	/* Constrained decoding (grammar.h; both NULL: none).  Every token
+	 * sampled continues a text the grammar accepts: the logits of the
+	 * others are -inf before any sampler setting; a stop id only when
+	 * the text is complete; when nothing more can follow the request
+	 * ends (DS_FINISH_STOP).  Drafts are checked against it too.  With
+	 * a trigger (n_trigger bytes), the output is free until those bytes
+	 * appear in it, and the grammar (which must start with them) applies
+	 * from their first byte on.  All three must outlive the request. */
+	const ds_grammar *grammar;
+	const ds_gvocab *gvocab;
+	const char *trigger;
+	size_t n_trigger;
 } ds_req;
 
 struct ds_drafter;

@@ -1,5 +1,6 @@
 /* session.c - a model opened for generating (session.h). */
 #include <jansson.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -295,6 +296,7 @@ int ds_session_open(ds_session *s, const ds_session_opts *o, ds_err *err)
 			   .ep = o->ep };
 
 	memset(s, 0, sizeof *s);
+	pthread_mutex_init(&s->gv_mu, NULL);
 	s->turn_end = -1;
 	s->warn_fn = o->warn;
 	s->warn_user = o->warn_user;
@@ -329,6 +331,8 @@ void ds_session_close(ds_session *s)
 	ds_err err;
 
 	ds_sched_free(s->sched);    /* the slots' rows into the cache */
+	ds_gvocab_free(s->gv);
+	pthread_mutex_destroy(&s->gv_mu);
 	if (s->drafter)
 		s->drafter->free(s->drafter);
 	if (s->pc && ds_pcache_save(s->pc, &err) && s->warn_fn)
@@ -347,6 +351,60 @@ void ds_session_close(ds_session *s)
 	if (s->pool)
 		ds_pool_free(s->pool);
 	memset(s, 0, sizeof *s);
+}
+
+/* ---- the vocabulary of token masks ------------------------------------------------ */
+
+/* Every token's bytes (ds_tok_token_bytes) as one buffer. */
+int ds_gvocab_from_tok(const ds_tok *tok, int32_t eos, ds_gvocab **v,
+		       ds_err *err)
+{
+	uint32_t n = ds_tok_n_vocab(tok), i;
+	size_t *off = ds_calloc((size_t)n + 1, sizeof *off, err);
+	uint32_t *lens = ds_calloc((size_t)n + 1, sizeof *lens, err);
+	const uint8_t **ptr = ds_calloc((size_t)n + 1, sizeof *ptr, err);
+	ds_tok_text all = { 0 }, one = { 0 };
+	int rc = -1;
+
+	for (i = 0; off && lens && ptr && i < n; i++) {
+		if (ds_tok_token_bytes(tok, (int32_t)i, &one, err))
+			goto out;
+		off[i] = all.n;
+		lens[i] = (uint32_t)one.n;
+		if (ds_grow((void **)&all.s, &all.cap, all.n + one.n + 1, 1)) {
+			ds_errf(err, "out of memory");
+			goto out;
+		}
+		memcpy(all.s + all.n, one.s, one.n);
+		all.n += one.n;
+	}
+	if (off && lens && ptr) {
+		for (i = 0; i < n; i++)
+			ptr[i] = (const uint8_t *)all.s + off[i];
+		rc = ds_gvocab_build(n, ptr, lens, NULL, eos, v, err);
+	}
+out:
+	ds_tok_text_free(&all);
+	ds_tok_text_free(&one);
+	free(off);
+	free(lens);
+	free(ptr);
+	return rc;
+}
+
+int ds_session_gvocab(ds_session *s, const ds_gvocab **v, ds_err *err)
+{
+	int rc = 0;
+
+	*v = NULL;
+	if (s->tok == NULL)
+		return ds_errf(err, "a grammar needs the model's tokenizer");
+	pthread_mutex_lock(&s->gv_mu);
+	if (s->gv == NULL)
+		rc = ds_gvocab_from_tok(s->tok, -1, &s->gv, err);
+	*v = s->gv;
+	pthread_mutex_unlock(&s->gv_mu);
+	return rc;
 }
 
 /* ---- prompts -------------------------------------------------------------------------------- */

@@ -20,12 +20,14 @@
 #ifndef DS_SESSION_H
 #define DS_SESSION_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "base/util.h"
 #include "chat/template.h"
 #include "format/modelfile.h"
+#include "grammar/grammar.h"
 #include "model/forward.h"
 #include "model/kvcache.h"
 #include "pool/threads.h"
@@ -112,6 +114,9 @@ typedef struct ds_session {
 	int have_model, have_kv;
 	void (*warn_fn)(void *user, const char *line);  /* opts' warn */
 	void *warn_user;
+	/* token masks (grammar.h): built on first use, then read-only */
+	pthread_mutex_t gv_mu;
+	ds_gvocab *gv;
 } ds_session;
 
 /* Open everything (a failure frees what was opened: close is still
@@ -147,6 +152,16 @@ int ds_session_fit(const ds_session *s, ds_tok_ids *ids, int64_t n_predict,
 /* A request's end ids into out [DS_SESSION_MAX_STOPS + 1]: the model's,
  * and for a chat turn the template's end-of-turn marker; the count. */
 size_t ds_session_stops(const ds_session *s, int chat, int32_t *out);
+
+/* The tokenizer's vocabulary as grammar masks read it (every token's
+ * bytes, ds_tok_token_bytes; special ones never match), built by the
+ * first call (any thread), then shared read-only until close. */
+int ds_session_gvocab(ds_session *s, const ds_gvocab **v, ds_err *err);
+/* The same for any tokenizer (the caller frees it); eos (-1: none) is
+ * allowed where the text is complete (the session's has none: the
+ * scheduler allows its stop ids there). */
+int ds_gvocab_from_tok(const ds_tok *tok, int32_t eos, ds_gvocab **v,
+		       ds_err *err);
 
 /* ---- a request's text ------------------------------------------------------------ */
 

@@ -195,16 +195,9 @@ static int unsupported(json_t *o, ds_api_err *e)
 	if ((v = field(o, "logit_bias")) &&
 	    !(json_is_object(v) && json_object_size(v) == 0))
 		return ds_api_fail(e, 400, "logit_bias", "logit_bias: not supported");
-	if ((v = field(o, "tools")) && !(json_is_array(v) && json_array_size(v) == 0))
-		return ds_api_fail(e, 400, "tools", "tools: not supported");
 	if ((v = field(o, "functions")) &&
 	    !(json_is_array(v) && json_array_size(v) == 0))
 		return ds_api_fail(e, 400, "functions", "functions: not supported");
-	if ((v = field(o, "response_format")) &&
-	    !(json_is_object(v) && json_is_string(json_object_get(v, "type")) &&
-	      strcmp(json_string_value(json_object_get(v, "type")), "text") == 0))
-		return ds_api_fail(e, 400, "response_format", "response_format: only "
-				   "{\"type\": \"text\"} is supported");
 	return 0;
 }
 
@@ -377,7 +370,7 @@ static int get_messages(json_t *o, ds_api_req *r, ds_api_err *e)
 	char param[96];
 	ds_err err;
 
-	if (ds_chat_messages(field(o, "messages"), 0, &r->messages, param,
+	if (ds_chat_messages(field(o, "messages"), DS_CHAT_TOOLS, &r->messages, param,
 			     sizeof param, &err) ||
 	    ds_chat_kwargs(field(o, "chat_template_kwargs"), &r->tpl_vars, param,
 			   sizeof param, &err))
@@ -417,15 +410,18 @@ static int parse_fields(json_t *o, ds_api_req *r, const ds_api_limits *lim,
 		return ds_api_fail(e, 400, "model", "model: must be a string");
 	if (r->kind == DS_API_TEMPLATE)
 		return get_bool(o, "add_generation_prompt", &r->add_gen, e) ||
-		       get_messages(o, r, e) ? -1 : 0;
-	if (unsupported(o, e) || get_sampling(o, r, e) || get_max_tokens(o, r, e) ||
+		       ds_api_get_tools(o, r, e) || get_messages(o, r, e) ||
+		       ds_api_check_tool_ids(r, e) ? -1 : 0;
+	if (unsupported(o, e) || ds_api_get_format(o, r, e) ||
+	    ds_api_get_tools(o, r, e) || get_sampling(o, r, e) || get_max_tokens(o, r, e) ||
 	    get_stops(o, r, e) || get_stream(o, r, e) ||
 	    get_bool(o, "ignore_eos", &r->ignore_eos, e) ||
 	    get_bool(o, "return_tokens", &r->return_tokens, e) ||
 	    get_bool(o, "speculative", &r->speculative, e))
 		return -1;
 	if (r->kind == DS_API_CHAT)
-		return get_reasoning(o, r, e) || get_messages(o, r, e) ? -1 : 0;
+		return get_reasoning(o, r, e) || get_messages(o, r, e) ||
+		       ds_api_check_tool_ids(r, e) ? -1 : 0;
 	return get_prompt(o, lim, r, e);
 }
 
@@ -460,6 +456,8 @@ void ds_api_req_free(ds_api_req *r)
 	free(r->ids);
 	json_decref(r->messages);
 	json_decref(r->tpl_vars);
+	json_decref(r->tools);
+	ds_grammar_free(r->grammar);
 	for (i = 0; i < r->n_stops; i++)
 		free(r->stops[i]);
 	free(r->stops);
@@ -571,6 +569,29 @@ static void add_tokens(json_t *choice, const ds_api_out *o)
 	json_object_set_new(choice, "tokens", t);
 }
 
+/* Nothing but blanks (content beside tool calls: null). */
+static int blank_text(const ds_api_out *o)
+{
+	size_t i;
+
+	for (i = 0; o->text && i < o->n_text; i++)
+		if (!strchr(" \t\r\n", o->text[i]))
+			return 0;
+	return 1;
+}
+
+/* delta.tool_calls: each call with its index. */
+static json_t *delta_calls(const ds_api_out *o)
+{
+	json_t *a = o->tool_calls ? json_deep_copy(o->tool_calls) : json_array(), *c;
+	size_t i;
+
+	json_array_foreach(a, i, c)
+		json_object_set_new(c, "index", json_integer((json_int_t)i));
+	return json_pack("{s:i, s:{s:o}, s:n, s:n}", "index", 0, "delta",
+			 "tool_calls", a, "logprobs", "finish_reason");
+}
+
 char *ds_api_answer(const ds_api_out *o)
 {
 	int chat = o->kind == DS_API_CHAT;
@@ -580,8 +601,11 @@ char *ds_api_answer(const ds_api_out *o)
 	if (chat) {
 		choice = json_pack("{s:i, s:{s:s, s:o}, s:n, s:s?}", "index", 0,
 				   "message", "role", "assistant", "content",
-				   text_json(o), "logprobs", "finish_reason",
-				   o->finish);
+				   o->tool_calls && blank_text(o) ? json_null() : text_json(o),
+				   "logprobs", "finish_reason", o->finish);
+		if (choice && o->tool_calls)
+			json_object_set_new(json_object_get(choice, "message"),
+					    "tool_calls", json_deep_copy(o->tool_calls));
 		if (choice && o->n_reasoning > 0)
 			json_object_set_new(json_object_get(choice, "message"),
 					    "reasoning_content",
@@ -613,6 +637,10 @@ static json_t *chunk_choice(const ds_api_out *o, enum ds_api_chunk what)
 		return json_pack("{s:i, s:{s:s, s:o}, s:n, s:n}", "index", 0, "delta",
 				 "role", "assistant", "content", t, "logprobs",
 				 "finish_reason");
+	if (what == DS_CHUNK_TOOLS) {
+		json_decref(t);
+		return delta_calls(o);
+	}
 	if (what == DS_CHUNK_FINISH) {
 		json_decref(t);
 		return json_pack("{s:i, s:{}, s:n, s:s?}", "index", 0, "delta",

@@ -128,13 +128,44 @@ void ds_eng_counts(ds_eng *e, size_t *queued, size_t *running)
 
 /* ---- prompts ----------------------------------------------------------------------------- */
 
+/* A chat's conversation with its tools (ds_tool_messages), encoded. */
+static int chat_ids(ds_eng *e, const ds_api_req *r, ds_tok_ids *ids,
+		    int *think, ds_err *err)
+{
+	json_t *m, *v;
+	ds_api_err ae;
+	int rc;
+
+	if (ds_tool_messages(r, &e->s.tpl, &m, &v, &ae))
+		return ds_errf(err, "%s", ae.msg);
+	rc = ds_session_chat(&e->s, m, v, ids, think, err);
+	json_decref(m);
+	json_decref(v);
+	return rc;
+}
+
+int ds_eng_render(ds_eng *e, const ds_api_req *r, char **text, size_t *len,
+		  ds_err *err)
+{
+	json_t *m, *v;
+	ds_api_err ae;
+	int rc;
+
+	if (ds_tool_messages(r, &e->s.tpl, &m, &v, &ae))
+		return ds_errf(err, "%s", ae.msg);
+	rc = ds_session_render(&e->s, m, v, r->add_gen, text, len, err);
+	json_decref(m);
+	json_decref(v);
+	return rc;
+}
+
 static int prompt_ids(ds_eng *e, const ds_api_req *r, ds_tok_ids *ids,
 		      int *think, ds_err *err)
 {
 	memset(ids, 0, sizeof *ids);
 	*think = 0;
 	if (r->kind == DS_API_CHAT)
-		return ds_session_chat(&e->s, r->messages, r->tpl_vars, ids, think, err);
+		return chat_ids(e, r, ids, think, err);
 	if (r->ids == NULL)
 		return ds_session_encode(&e->s, r->prompt, ids, err);
 	if (ds_grow((void **)&ids->v, &ids->cap, r->n_ids, sizeof *ids->v))
@@ -170,6 +201,32 @@ int ds_eng_prompt(ds_eng *e, const ds_api_req *r, int32_t **out, size_t *n,
 	}
 	*out = ids.v;
 	*n = ids.n;
+	return 0;
+}
+
+int ds_eng_grammar(ds_eng *e, ds_api_req *r, ds_grammar **g,
+		   const char **trigger, ds_api_err *ae)
+{
+	enum ds_tool_fmt f = e->s.tpl.tool_fmt;
+
+	*g = NULL;
+	*trigger = NULL;
+	if (r->grammar != NULL) {
+		*g = r->grammar;
+		r->grammar = NULL;
+		return 0;
+	}
+	if (r->tools == NULL || r->kind != DS_API_CHAT)
+		return 0;
+	/* with "none" too: a schema the compiler refuses is refused */
+	if (ds_tool_grammar(r, f, g, ae))
+		return -1;
+	if (r->tool_choice == DS_TOOLS_NONE) {
+		ds_grammar_free(*g);
+		*g = NULL;
+	} else if (r->tool_choice == DS_TOOLS_AUTO) {
+		*trigger = ds_tool_trigger(f);
+	}
 	return 0;
 }
 
@@ -371,6 +428,7 @@ static ds_job *job_new(ds_eng *e, const ds_api_req *r, size_t n, int think,
 
 static void job_free(ds_job *j)
 {
+	ds_grammar_free(j->grammar);
 	ds_textout_free(&j->to);
 	ds_reason_free(&j->rs);
 	ds_reason_out_free(&j->ro);
@@ -402,11 +460,14 @@ static void make_req(ds_eng *e, const ds_api_req *r, const int32_t *ids,
 	q->cb.on_token = cb_token;
 	q->cb.on_done = cb_done;
 	q->cb.user = j;
+	q->grammar = j->grammar;
+	q->trigger = j->trigger;
+	q->n_trigger = j->trigger ? strlen(j->trigger) : 0;
 }
 
 int ds_job_submit(ds_eng *e, const ds_api_req *r, const int32_t *ids,
-		  size_t n, int think, double t_arrival, ds_job **out,
-		  ds_api_err *ae)
+		  size_t n, int think, double t_arrival, ds_grammar *g,
+		  const char *trigger, ds_job **out, ds_api_err *ae)
 {
 	int32_t stops[DS_SESSION_MAX_STOPS + 1];
 	ds_job *j = job_new(e, r, n, think, t_arrival);
@@ -415,9 +476,19 @@ int ds_job_submit(ds_eng *e, const ds_api_req *r, const int32_t *ids,
 	int rc = 0;
 
 	*out = NULL;
-	if (j == NULL)
+	if (j == NULL) {
+		ds_grammar_free(g);
 		return ds_api_fail(ae, 500, NULL, "out of memory");
+	}
+	j->grammar = g;
+	j->trigger = trigger;
+	j->tools_on = ds_api_tools_on(r);
+	j->tool_fmt = e->s.tpl.tool_fmt;
 	make_req(e, r, ids, n, j, stops, &q);
+	if (g && ds_session_gvocab(&e->s, &q.gvocab, &err)) {
+		job_free(j);
+		return ds_api_fail(ae, 500, NULL, "%s", err.msg);
+	}
 	pthread_mutex_lock(&e->smu);
 	if (!r->seed_set)
 		q.sp.seed = fresh_seed(e);

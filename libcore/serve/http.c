@@ -93,6 +93,8 @@ typedef struct rctx {
 	char *out;                  /* stream bytes not yet given out */
 	size_t n_out, off;
 	int phase;                  /* stream: 0 start, 1 running, 2 ended */
+	char *tb;                   /* stream with tools: the content so far */
+	size_t n_tb, cap_tb, tb_sent;   /* and how much of it went out */
 	int answering;              /* counted in s->answering */
 } rctx;
 
@@ -120,6 +122,7 @@ static void rctx_unref(rctx *q)
 	ds_api_req_free(&q->req);
 	free(q->body);
 	free(q->out);
+	free(q->tb);
 	free(q);
 }
 
@@ -313,6 +316,7 @@ static enum MHD_Result answer_whole(rctx *q)
 	ds_req_stats st;
 	ds_api_out o;
 	ds_api_err e;
+	json_t *calls = NULL;
 	char *s;
 
 	while (!job_done(j, &why, &st))
@@ -332,8 +336,16 @@ static enum MHD_Result answer_whole(rctx *q)
 	o.tokens = j->ids;
 	o.n_tokens = j->n_ids;
 	o.with_tokens = j->keep_ids;
+	if (j->tools_on && ds_tool_parse(j->tool_fmt, j->text, j->n_text,
+					 q->id + strcspn(q->id, "-") + 1, &o.n_text,
+					 &calls) > 0) {
+		o.tool_calls = calls;
+		if (why == DS_FINISH_STOP)
+			o.finish = "tool_calls";
+	}
 	s = ds_api_answer(&o);
 	pthread_mutex_unlock(&j->mu);
+	json_decref(calls);
 	return reply(q, 200, "application/json", s);
 }
 
@@ -365,6 +377,53 @@ static int add_chunk(rctx *q, const ds_api_out *o, enum ds_api_chunk what)
 	return out_add(q, s, n);
 }
 
+/* With tools: text joins the content held back; what cannot start the
+ * calls' marker goes out as content. */
+static int tools_text(rctx *q, ds_api_out *o, const char *text, size_t n)
+{
+	size_t shown;
+
+	if (ds_grow((void **)&q->tb, &q->cap_tb, q->n_tb + n + 1, 1))
+		return -1;
+	memcpy(q->tb + q->n_tb, text, n);
+	q->n_tb += n;
+	shown = ds_tool_shown(q->job->tool_fmt, q->tb, q->n_tb);
+	o->text = q->tb + q->tb_sent;
+	o->n_text = shown > q->tb_sent ? shown - q->tb_sent : 0;
+	q->tb_sent += o->n_text;
+	return 0;
+}
+
+/* The end of a stream with tools: the calls (delta.tool_calls, and
+ * finish_reason "tool_calls"), or the rest as content. */
+static int tools_end(rctx *q, ds_api_out *o, enum ds_finish why)
+{
+	json_t *calls = NULL;
+	size_t n = q->n_tb;
+	int rc = 0;
+
+	if (!q->job->tools_on)
+		return 0;
+	if (ds_tool_parse(q->job->tool_fmt, q->tb ? q->tb : "", q->n_tb,
+			  q->id + strcspn(q->id, "-") + 1, &n, &calls) < 0)
+		return -1;
+	o->text = q->tb ? q->tb + q->tb_sent : NULL;
+	o->n_text = q->tb && n > q->tb_sent ? n - q->tb_sent : 0;
+	if (o->n_text > 0)
+		rc = add_chunk(q, o, DS_CHUNK_TEXT);
+	o->text = NULL;
+	o->n_text = 0;
+	if (rc == 0 && calls != NULL) {
+		o->tool_calls = calls;
+		rc = add_chunk(q, o, DS_CHUNK_TOOLS);
+		o->tool_calls = NULL;
+		if (why == DS_FINISH_STOP)
+			o->finish = "tool_calls";
+	}
+	json_decref(calls);
+	return rc;
+}
+
 /* The stream's end: the finish chunk (and usage), or an error event. */
 static int stream_end(rctx *q, ds_api_out *o, enum ds_finish why,
 		      const ds_req_stats *st)
@@ -380,6 +439,8 @@ static int stream_end(rctx *q, ds_api_out *o, enum ds_finish why,
 		rc = n < 0 ? -1 : out_add(q, ev, (size_t)n);
 	} else {
 		o->finish = ds_finish_name(why);
+		if (tools_end(q, o, why))
+			return -1;
 		o->completion_tokens = st->completion_tokens;
 		o->cached_tokens = st->cached_tokens;
 		rc = add_chunk(q, o, DS_CHUNK_FINISH);
@@ -434,7 +495,9 @@ static int stream_fill(rctx *q)
 	o.tokens = ids;
 	o.n_tokens = ni;
 	o.with_tokens = j->keep_ids;
-	if (rc == 0 && (n > 0 || ni > 0))
+	if (rc == 0 && j->tools_on)
+		rc = tools_text(q, &o, text ? text : "", n);
+	if (rc == 0 && (o.n_text > 0 || ni > 0))
 		rc = add_chunk(q, &o, DS_CHUNK_TEXT);
 	o.with_tokens = 0;
 	o.tokens = NULL;
@@ -517,6 +580,8 @@ static enum MHD_Result generate(rctx *q, enum ds_api_kind kind)
 	int32_t *ids;
 	size_t n;
 	int rc, think;
+	ds_grammar *g;
+	const char *trigger;
 
 	if (!atomic_load(&s->ready) || atomic_load(&s->draining))
 		return not_ready(q);
@@ -524,7 +589,12 @@ static enum MHD_Result generate(rctx *q, enum ds_api_kind kind)
 	if (ds_api_parse(&q->req, kind, q->body ? q->body : "", q->n_body, &lim, &e) ||
 	    ds_eng_prompt(&s->eng, &q->req, &ids, &n, &think, &e))
 		return reply_err(q, &e);
-	rc = ds_job_submit(&s->eng, &q->req, ids, n, think, q->t0, &q->job, &e);
+	if (ds_eng_grammar(&s->eng, &q->req, &g, &trigger, &e)) {
+		free(ids);
+		return reply_err(q, &e);
+	}
+	rc = ds_job_submit(&s->eng, &q->req, ids, n, think, q->t0, g, trigger,
+			   &q->job, &e);
 	free(ids);
 	if (rc)
 		return reply_err(q, &e);
@@ -680,8 +750,7 @@ static enum MHD_Result apply_template(rctx *q)
 	if (ds_api_parse(&q->req, DS_API_TEMPLATE, q->body ? q->body : "", q->n_body,
 			 &lim, &e))
 		return reply_err(q, &e);
-	if (ds_session_render(&s->eng.s, q->req.messages, q->req.tpl_vars,
-			      q->req.add_gen, &text, &len, &err)) {
+	if (ds_eng_render(&s->eng, &q->req, &text, &len, &err)) {
 		ds_api_fail(&e, 400, "messages", "messages: %s", err.msg);
 		return reply_err(q, &e);
 	}

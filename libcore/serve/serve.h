@@ -27,6 +27,7 @@
 #include <jansson.h>
 
 #include "chat/template.h"
+#include "grammar/grammar.h"
 #include "runtime/sampler.h"
 #include "runtime/sched.h"
 #include "base/util.h"
@@ -94,6 +95,15 @@ typedef struct ds_api_req {
 	int return_tokens;          /* llama.cpp's: the ids in the answer */
 	int speculative;            /* ds's: false turns the server's
 				       speculative decoding off (default true) */
+	/* structured output and tools (tools.c) */
+	ds_grammar *grammar;        /* response_format json_object or
+				       json_schema, compiled; or NULL */
+	json_t *tools;              /* the tools (checked), or NULL */
+	enum ds_tool_choice {
+		DS_TOOLS_AUTO, DS_TOOLS_NONE, DS_TOOLS_REQUIRED, DS_TOOLS_NAMED,
+	} tool_choice;
+	size_t tool_index;          /* DS_TOOLS_NAMED: tools[tool_index] */
+	int parallel_tools;         /* parallel_tool_calls (default true) */
 } ds_api_req;
 
 /* Parse and check a request body of len bytes (not NUL-terminated).  On
@@ -102,6 +112,38 @@ typedef struct ds_api_req {
 int ds_api_parse(ds_api_req *r, enum ds_api_kind kind, const char *body,
 		 size_t len, const ds_api_limits *lim, ds_api_err *e);
 void ds_api_req_free(ds_api_req *r);
+
+/* ---- structured output and tools (tools.c) ----------------------------------
+ * Parts of ds_api_parse: response_format (its schema compiled: a schema
+ * the compiler refuses is a 400 naming the keyword's path), tools,
+ * tool_choice, parallel_tool_calls; tool results checked against the
+ * calls the conversation made. */
+int ds_api_get_format(json_t *o, ds_api_req *r, ds_api_err *e);
+int ds_api_get_tools(json_t *o, ds_api_req *r, ds_api_err *e);
+int ds_api_check_tool_ids(const ds_api_req *r, ds_api_err *e);
+/* Tools given and tool_choice not "none": calls are parsed from answers. */
+int ds_api_tools_on(const ds_api_req *r);
+
+/* The conversation and variables template t renders: the tools passed as
+ * "tools" when it reads them, else described in a system message first;
+ * calls and tool results passed as given when it reads tool_calls, else
+ * written into the messages as the model writes them. */
+int ds_tool_messages(const ds_api_req *r, const ds_chat_tpl *t, json_t **msgs,
+		     json_t **vars, ds_api_err *e);
+/* The grammar of the calls r allows in format f (a named tool, or any;
+ * one call, or several with parallel_tool_calls); NULL without tools. */
+int ds_tool_grammar(const ds_api_req *r, enum ds_tool_fmt f, ds_grammar **g,
+		    ds_api_err *e);
+/* The bytes that start format f's calls (the lazy grammar's trigger). */
+const char *ds_tool_trigger(enum ds_tool_fmt f);
+/* The calls in an answer: 1 with *calls (OpenAI's tool_calls, ids
+ * "call_ID_N") and *content the length of the text before them; 0 when
+ * there are none (or they do not parse), *content = n. */
+int ds_tool_parse(enum ds_tool_fmt f, const char *text, size_t n, const char *id,
+		  size_t *content, json_t **calls);
+/* How much of a streamed answer may be shown as content: all but a tail
+ * that may start the calls' marker, or up to the marker. */
+size_t ds_tool_shown(enum ds_tool_fmt f, const char *text, size_t n);
 
 /* /tokenize {"content", "add_special" (false), "with_pieces" (false)} */
 typedef struct ds_api_tokreq {
@@ -133,6 +175,7 @@ typedef struct ds_api_out {
 	size_t prompt_tokens, completion_tokens;
 	size_t cached_tokens;       /* of the prompt, from the prompt cache
 				       (usage.prompt_tokens_details) */
+	const json_t *tool_calls;   /* chat: message.tool_calls, or NULL */
 	const int32_t *tokens;      /* the answer's ids, stop ids excluded; */
 	size_t n_tokens;            /* shown as choices[0].tokens when */
 	int with_tokens;            /* with_tokens (ds_api_answer) */
@@ -146,6 +189,8 @@ enum ds_api_chunk {
 	DS_CHUNK_ROLE,              /* chat: delta {role, content ""} */
 	DS_CHUNK_TEXT,              /* text (delta.content) */
 	DS_CHUNK_REASONING,         /* chat: reasoning (delta.reasoning_content) */
+	DS_CHUNK_TOOLS,             /* chat: delta.tool_calls (each with its
+				       index) */
 	DS_CHUNK_FINISH,            /* finish_reason, empty text/delta */
 	DS_CHUNK_USAGE,             /* choices [] and usage */
 };

@@ -39,6 +39,10 @@ typedef struct ds_job {
 	double t_arrival;           /* ds_now_s */
 	size_t n_prompt;
 	int split;                  /* the reasoning goes apart */
+	ds_grammar *grammar;        /* the answer's (owned), or NULL */
+	const char *trigger;        /* it applies from there on, or NULL */
+	int tools_on;               /* calls are parsed from the answer */
+	enum ds_tool_fmt tool_fmt;  /* in this format */
 	/* the driver thread's alone */
 	ds_textout to;
 	ds_reason rs;               /* with split */
@@ -74,8 +78,17 @@ int ds_eng_detok(ds_eng *e, const int32_t *ids, size_t n, ds_tok_text *out,
 /* Queue a generation (503 when the queue is full or the engine stopped);
  * think: the prompt opened a <think> block (ds_eng_prompt). */
 int ds_job_submit(ds_eng *e, const ds_api_req *r, const int32_t *ids,
-		  size_t n, int think, double t_arrival, ds_job **out,
-		  ds_api_err *ae);
+		  size_t n, int think, double t_arrival, ds_grammar *g,
+		  const char *trigger, ds_job **out, ds_api_err *ae);
+/* The grammar r's answer follows (the caller's; g passes to
+ * ds_job_submit), and the bytes it applies from (NULL: from the start):
+ * response_format's, or the tool calls' when tool_choice is not "none"
+ * (lazy, after the calls' marker, with "auto"). */
+int ds_eng_grammar(ds_eng *e, ds_api_req *r, ds_grammar **g,
+		   const char **trigger, ds_api_err *ae);
+/* /apply-template: the chat with its tools, rendered. */
+int ds_eng_render(ds_eng *e, const ds_api_req *r, char **text, size_t *len,
+		  ds_err *err);
 /* The client is gone: end the job at the next step. */
 void ds_job_cancel(ds_job *j);
 void ds_job_release(ds_job *j);

@@ -201,52 +201,59 @@ static int push_pending(ds_tok_stream *st, const uint8_t *s, size_t n,
 	return 0;
 }
 
+/* A byte-level added token's content un-mapped into buf[256] when every
+ * char is in the byte map: 1 with *m bytes, else 0. */
+static int unmap_added(const uint8_t *s, size_t n, uint8_t *buf, size_t *m)
+{
+	size_t i = 0;
+	int ok = 1;
+
+	*m = 0;
+	while (i < n && ok) {
+		uint32_t cp;
+		size_t l = tk_utf8_len(s + i, n - i, &cp);
+		int b = -1;
+
+		if (l == 0)
+			break;
+		if ((cp >= 0x21 && cp <= 0x7e) || (cp >= 0xa1 && cp <= 0xac) ||
+		    (cp >= 0xae && cp <= 0xff))
+			b = (int)cp;
+		else if (cp >= 0x100 && cp < 0x144) {
+			/* U+0100 + k is the k-th byte outside the ranges */
+			uint32_t k = cp - 0x100, c;
+
+			for (c = 0; c < 256; c++) {
+				int keep = (c >= 0x21 && c <= 0x7e) ||
+					   (c >= 0xa1 && c <= 0xac) || c >= 0xae;
+
+				if (!keep && k-- == 0)
+					break;
+			}
+			b = (int)c;
+		}
+		if (b < 0 || *m == 256)
+			ok = 0;
+		else
+			buf[(*m)++] = (uint8_t)b;
+		i += l;
+	}
+	return ok && i == n;
+}
+
 /* Byte-level: a token's bytes. */
 static int push_bytelevel(ds_tok_stream *st, int32_t id, ds_tok_text *o,
 			  ds_err *err)
 {
 	const ds_tok *t = st->tok;
 	const struct tb_token *e = &t->tok[id];
-	size_t n;
+	size_t n, m;
 	const uint8_t *s;
+	uint8_t buf[256];
 
 	if (e->attr & TA_ADDED) {
-		/* un-map the content if every char is in the byte map */
-		uint8_t buf[256];
-		size_t m = 0, i = 0;
-		int ok = 1;
-
 		s = tb_piece(t, id, &n); /* the content, even if normalized */
-		while (i < n && ok) {
-			uint32_t cp;
-			size_t l = tk_utf8_len(s + i, n - i, &cp);
-			int b = -1;
-
-			if (l == 0)
-				break;
-			if ((cp >= 0x21 && cp <= 0x7e) || (cp >= 0xa1 && cp <= 0xac) ||
-			    (cp >= 0xae && cp <= 0xff))
-				b = (int)cp;
-			else if (cp >= 0x100 && cp < 0x144) {
-				/* U+0100 + k is the k-th byte outside the ranges */
-				uint32_t k = cp - 0x100, c;
-
-				for (c = 0; c < 256; c++) {
-					int keep = (c >= 0x21 && c <= 0x7e) ||
-						   (c >= 0xa1 && c <= 0xac) || c >= 0xae;
-
-					if (!keep && k-- == 0)
-						break;
-				}
-				b = (int)c;
-			}
-			if (b < 0 || m == sizeof buf)
-				ok = 0;
-			else
-				buf[m++] = (uint8_t)b;
-			i += l;
-		}
-		if (ok && i == n)
+		if (unmap_added(s, n, buf, &m))
 			return push_pending(st, buf, m, o, err) ||
 			       flush_utf8(st, o, 0, 0, err);
 	} else {
@@ -395,4 +402,55 @@ int ds_tok_decode(const ds_tok *t, const int32_t *ids, size_t n,
 		return -1;
 	}
 	return 0;
+}
+
+/* ---- a token's bytes (constrained decoding) ------------------------------- */
+
+/* Text with U+2581 as spaces, appended to o. */
+static int meta_bytes(const uint8_t *s, size_t n, ds_tok_text *o, ds_err *err)
+{
+	return emit_meta(NULL, s, n, 0, o, err);
+}
+
+int ds_tok_token_bytes(const ds_tok *t, int32_t id, ds_tok_text *out,
+		       ds_err *err)
+{
+	const struct tb_token *e;
+	uint32_t f = t->h->flags;
+	uint8_t buf[256], b;
+	size_t n, m;
+	const uint8_t *s;
+
+	out->n = 0;
+	if (emit(out, "", 0, err))
+		return -1;
+	if (id < 0 || (uint32_t)id >= t->h->n_vocab)
+		return ds_errf(err, "token %d is outside the vocabulary", id);
+	e = &t->tok[id];
+	if ((uint64_t)e->piece_off + e->piece_len > t->pool_len ||
+	    (uint64_t)e->text_off + e->text_len > t->pool_len)
+		return ds_errf(err, "%s: token %d: string outside the pool",
+			       t->name, id);
+	if (e->attr & (TA_SPECIAL | TA_CONTROL | TA_UNKNOWN | TA_UNUSED))
+		return 0;
+	b = (uint8_t)(e->attr >> 24);
+	if ((e->attr & TA_BYTE) && ((f & TBF_DEC_SP) || (f & TBF_DEC_BYTES_ALL)))
+		return emit(out, &b, 1, err);
+	if (f & TBF_DEC_SP) {
+		s = tb_piece(t, id, &n);
+		return meta_bytes(s, n, out, err);
+	}
+	if (f & TBF_BYTE_LEVEL) {
+		if (e->attr & TA_ADDED) {
+			s = tb_piece(t, id, &n);
+			if (unmap_added(s, n, buf, &m))
+				return emit(out, buf, m, err);
+			return emit(out, s, n, err);
+		}
+		s = tb_text(t, id, &n);
+		return emit(out, s, n, err);
+	}
+	s = (e->attr & TA_ADDED) ? tb_piece(t, id, &n) : tb_text(t, id, &n);
+	return (f & TBF_DEC_META) ? meta_bytes(s, n, out, err)
+				  : emit(out, s, n, err);
 }

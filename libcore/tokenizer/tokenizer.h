@@ -119,6 +119,13 @@ int ds_tok_stream_push(ds_tok_stream *st, int32_t id, ds_tok_text *out,
 		       ds_err *err);
 int ds_tok_stream_finish(ds_tok_stream *st, ds_tok_text *out, ds_err *err);
 
+/* The bytes token id adds in the middle of a text (out is replaced): as
+ * decoding writes them after other text (no leading space dropped), a
+ * byte token as its byte, nothing for special, control, unknown and
+ * unused tokens.  What a grammar's token mask matches (grammar.h). */
+int ds_tok_token_bytes(const ds_tok *tok, int32_t id, ds_tok_text *out,
+		       ds_err *err);
+
 /* ---- the token stream ---------------------------------------------------- */
 
 /* One line of ds-tok's output and ds-run's input (ds-tok(1)): decimal ids

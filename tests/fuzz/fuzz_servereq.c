@@ -100,11 +100,12 @@ static void check_req(const ds_api_req *r, const ds_api_limits *lim)
 
 			FZ_CHECK(role && (strcmp(role, "system") == 0 ||
 					  strcmp(role, "user") == 0 ||
-					  strcmp(role, "assistant") == 0));
+					  strcmp(role, "assistant") == 0 ||
+					  strcmp(role, "tool") == 0));
 			FZ_CHECK(json_is_string(ci) || (strcmp(role, "assistant") == 0 &&
 							(ci == NULL || json_is_null(ci))));
-			FZ_CHECK(json_object_get(m, "tool_calls") == NULL ||
-				 json_is_null(json_object_get(m, "tool_calls")));
+			if (strcmp(role, "tool") == 0)
+				FZ_CHECK(json_is_string(json_object_get(m, "tool_call_id")));
 			if (c == NULL && json_is_string(ci))
 				c = ci;
 		}
@@ -123,6 +124,91 @@ static void check_req(const ds_api_req *r, const ds_api_limits *lim)
 	FZ_CHECK(r->sp.min_p >= 0 && r->sp.min_p <= 1);
 	FZ_CHECK(r->sp.top_k >= 0);
 	FZ_CHECK(r->stream == 0 || r->stream == 1);
+	FZ_CHECK(r->tools == NULL || (json_array_size(r->tools) > 0 &&
+				      r->kind != DS_API_COMPLETION));
+	FZ_CHECK(r->tool_choice != DS_TOOLS_NAMED ||
+		 r->tool_index < json_array_size(r->tools));
+	FZ_CHECK(!(ds_api_tools_on(r) && r->grammar));
+}
+
+/* The conversation each kind of template renders, and the calls'
+ * grammar in each format: made, or refused naming the tools. */
+static void check_tools(const ds_api_req *r)
+{
+	ds_chat_tpl t;
+	ds_api_err e;
+	ds_grammar *g;
+	json_t *m, *v, *x;
+	size_t i;
+	int k;
+
+	if (r->kind == DS_API_COMPLETION)
+		return;
+	for (k = 0; k < 12; k++) {
+		memset(&t, 0, sizeof t);
+		t.tool_fmt = (enum ds_tool_fmt)(k % 3);
+		t.renders_tools = k / 3 & 1;
+		t.renders_calls = k / 6 & 1;
+		if (ds_tool_messages(r, &t, &m, &v, &e)) {
+			check_err(&e);
+			continue;
+		}
+		FZ_CHECK(json_array_size(m) >= json_array_size(r->messages));
+		json_array_foreach(m, i, x)
+			FZ_CHECK(json_is_string(json_object_get(x, "role")));
+		json_decref(m);
+		json_decref(v);
+		if (k >= 3)
+			continue;
+		if (ds_tool_grammar(r, t.tool_fmt, &g, &e) == 0) {
+			FZ_CHECK((g != NULL) == (r->tools != NULL));
+			ds_grammar_free(g);
+		} else {
+			check_err(&e);
+			FZ_CHECK(strncmp(e.param, "tools", 5) == 0);
+		}
+	}
+}
+
+/* Any text as an answer with tools: the calls it holds, each with a name
+ * and JSON arguments, and the answer and chunks with them JSON. */
+static void check_calls(const char *text, size_t n)
+{
+	size_t content, i;
+	json_t *calls, *c;
+	int f;
+
+	for (f = 0; f < 3; f++) {
+		FZ_CHECK(ds_tool_shown((enum ds_tool_fmt)f, text, n) <= n);
+		if (ds_tool_parse((enum ds_tool_fmt)f, text, n, "x", &content, &calls) != 1) {
+			FZ_CHECK(content == n && calls == NULL);
+			continue;
+		}
+		FZ_CHECK(content < n && json_array_size(calls) > 0);
+		json_array_foreach(calls, i, c) {
+			json_t *fn = json_object_get(c, "function");
+			const char *a = json_string_value(json_object_get(fn, "arguments"));
+			json_t *av = a ? json_loads(a, JSON_DECODE_ANY |
+						JSON_DECODE_INT_AS_REAL, NULL) : NULL;
+
+			FZ_CHECK(json_is_string(json_object_get(fn, "name")) && av != NULL);
+			json_decref(av);
+		}
+		{
+			ds_api_out o = { .kind = DS_API_CHAT, .id = "c-1", .model = "m",
+					 .text = text, .n_text = content,
+					 .finish = "tool_calls", .tool_calls = calls };
+			char *s = ds_api_answer(&o);
+			size_t len;
+
+			FZ_CHECK(s != NULL);
+			free(s);
+			s = ds_api_chunk(&o, DS_CHUNK_TOOLS, &len);
+			FZ_CHECK(s != NULL);
+			free(s);
+		}
+		json_decref(calls);
+	}
 }
 
 static void generation(enum ds_api_kind kind, const char *body, size_t n,
@@ -138,6 +224,7 @@ static void generation(enum ds_api_kind kind, const char *body, size_t n,
 		return;
 	}
 	check_req(&r, lim);
+	check_tools(&r);
 	ds_api_req_free(&r);
 }
 
@@ -180,5 +267,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	/* the body itself as generated text: any bytes at all */
 	check_out(data[0] & 1 ? DS_API_CHAT : DS_API_COMPLETION, body, size - 1);
+	check_calls(body, size - 1);
 	return 0;
 }

@@ -10,7 +10,9 @@
 
 #include "model/forward.h"
 #include "harness.h"
+#include "grammar/grammar.h"
 #include "runtime/sched.h"
+#include "spec/drafter.h"
 #include "tmodel.h"
 
 static uint64_t seed;
@@ -675,6 +677,124 @@ static void test_cache_bound(void)
 	T_CHECKF(got[1].st.cached_tokens == 40, "%zu", got[1].st.cached_tokens);
 }
 
+
+/* ---- constrained decoding ------------------------------------------------------------ */
+
+/* Token i's bytes: i + 1 written in base 8 over the alphabet "ab01,[] ",
+ * so every short string over it is a token; the last id is the stop id
+ * (special: no bytes). */
+static const char galpha[] = "ab01,[] ";
+
+static int gvocab_make(uint32_t n, ds_gvocab **v, char (*bytes)[8])
+{
+	const uint8_t *ptr[512];
+	uint32_t lens[512], i;
+	uint8_t special[512] = { 0 };
+	ds_err err;
+
+	for (i = 0; i < n && i < 512; i++) {
+		uint32_t x = i + 1, k = 0;
+		char rev[8];
+
+		while (x > 0 && k < 7) {
+			rev[k++] = galpha[x % 8];
+			x /= 8;
+		}
+		for (lens[i] = 0; lens[i] < k; lens[i]++)
+			bytes[i][lens[i]] = rev[k - 1 - lens[i]];
+		ptr[i] = (const uint8_t *)bytes[i];
+	}
+	special[n - 1] = 1;
+	lens[n - 1] = 0;
+	if (ds_gvocab_build(n, ptr, lens, special, -1, v, &err)) {
+		printf("# gvocab: %s\n", err.msg);
+		return -1;
+	}
+	return 0;
+}
+
+/* Requests under a grammar, sampled at temperature 1 with 2 slots (and
+ * with n-gram drafts): every answer is a prefix of a sentence, a whole
+ * one when it stopped by itself; the stop id only where it is complete. */
+static void test_grammar(void)
+{
+	static const char gtext[] =
+		"root ::= \"[\" item (\",\" item){0,3} \"]\"\n"
+		"item ::= \"a\" \"b\"{0,4} | \"0\" | \"1\" [01]{0,3}\n";
+	uint32_t n = model.hp.n_vocab, k;
+	char (*bytes)[8] = calloc(512, 8);
+	int32_t p[5] = { 3, 14, 15, 92, 65 }, stop = (int32_t)n - 1;
+	ds_gvocab *v = NULL;
+	ds_grammar *g = NULL;
+	ds_drafter *d = NULL;
+	out o[6];
+	ds_err err;
+	int spec, i, stopped = 0;
+
+	T_CHECK(bytes && gvocab_make(n, &v, bytes) == 0);
+	T_CHECK(ds_grammar_parse(gtext, sizeof gtext - 1, &g, &err) == 0);
+	for (spec = 0; spec < 2 && v && g; spec++) {
+		ds_sched_opts so = { .n_batch = 32 };
+		ds_pool_opts po = { 2, NULL, 0 };
+		ds_fwd_opts fo = { .max_batch = 64 };
+		eng e;
+
+		memset(&e, 0, sizeof e);
+		if (spec && ds_ngram_open(&d, &err))
+			break;
+		so.drafter = d;
+		if (ds_pool_init(&e.pool, &po, &err) || ds_fwd_init(&e.f, &model, e.pool, &fo, &err) ||
+		    ds_kvcache_init(&e.kv, &model.hp, 2, 128, DS_KV_F16, &err) ||
+		    ds_sched_init(&e.s, e.f, &e.kv, &so, &err)) {
+			printf("# %s\n", err.msg);
+			T_CHECK(0);
+			break;
+		}
+		for (i = 0; i < 6; i++) {
+			ds_req r;
+
+			req_init(&r, p, 5, 60, (uint64_t)i + 100 * (uint64_t)spec, &o[i]);
+			r.sp.temp = 1;
+			r.sp.top_k = 0;
+			r.sp.top_p = 1;
+			r.sp.min_p = 0;
+			r.stop_ids = &stop;
+			r.n_stop_ids = 1;
+			r.grammar = g;
+			r.gvocab = v;
+			T_CHECK(ds_sched_submit(e.s, &r, NULL, &err) == 0);
+		}
+		T_CHECK(ds_sched_drain(e.s, &err) == 0);
+		for (i = 0; i < 6; i++) {
+			ds_gmatch *m = NULL;
+			int ok = ds_gmatch_new(g, &m, &err) == 0;
+
+			T_CHECK(o[i].done == 1 && o[i].why != DS_FINISH_ERROR);
+			for (k = 0; ok && k < o[i].n_tok && k < 256; k++)
+				ok = ds_gmatch_accept_token(m, v, o[i].tok[k], &err) ==
+				     DS_GMATCH_OK;
+			T_CHECKF(ok, "request %d (spec %d): token %u refused", i, spec, k);
+			if (o[i].why == DS_FINISH_STOP) {
+				T_CHECK(ds_gmatch_complete(m));
+				stopped++;
+			}
+			T_CHECK(o[i].st.mask_steps > 0);
+			ds_gmatch_free(m);
+		}
+		ds_sched_free(e.s);
+		if (d)
+			d->free(d);
+		d = NULL;
+		ds_kvcache_free(&e.kv);
+		ds_fwd_free(e.f);
+		ds_pool_free(e.pool);
+	}
+	T_CHECKF(stopped >= 6, "%d of 12 answers ended by themselves", stopped);
+	ds_grammar_free(g);
+	ds_gvocab_free(v);
+	free(bytes);
+}
+
 int main(void)
 {
 	ds_err err;
@@ -697,6 +817,7 @@ int main(void)
 	T_RUN(test_cache_turns);
 	T_RUN(test_cache_shared);
 	T_RUN(test_cache_bound);
+	T_RUN(test_grammar);
 	ds_model_free(&model);
 	ds_remove_tree(dir);
 	return t_done();

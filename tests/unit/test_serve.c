@@ -179,7 +179,8 @@ static void test_messages(void)
 	T_CHECK(refused(DS_API_CHAT, "{\"messages\": [{\"content\": \"x\"}]}", 400,
 			"messages[0].role"));
 	T_CHECK(refused(DS_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"},"
-			" {\"role\": \"tool\", \"content\": \"x\"}]}", 400, "messages[1].role"));
+			" {\"role\": \"tool\", \"content\": \"x\"}]}", 400,
+			"messages[1].tool_call_id"));
 	T_CHECK(refused(DS_API_CHAT, "{\"messages\": [{\"role\": \"user\"}]}", 400,
 			"messages[0].content"));
 	T_CHECK(refused(DS_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": 7}]}",
@@ -187,7 +188,142 @@ static void test_messages(void)
 	T_CHECK(refused(DS_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\":"
 			" [{\"type\": \"image_url\"}]}]}", 400, "messages[0].content[0]"));
 	T_CHECK(refused(DS_API_CHAT, "{\"messages\": [{\"role\": \"assistant\","
-			" \"tool_calls\": [{}]}]}", 400, "messages[0]"));
+			" \"tool_calls\": [{}]}]}", 400, "messages[0].tool_calls[0].id"));
+}
+
+#define TOOL "{\"type\": \"function\", \"function\": {\"name\": \"f\", " \
+	"\"parameters\": {\"type\": \"object\", \"properties\": {\"x\": " \
+	"{\"type\": \"integer\"}}, \"required\": [\"x\"]}}}"
+#define USER "{\"role\": \"user\", \"content\": \"a\"}"
+#define CALLS "{\"role\": \"assistant\", \"content\": null, \"tool_calls\": " \
+	"[{\"id\": \"c1\", \"type\": \"function\", \"function\": {\"name\": " \
+	"\"f\", \"arguments\": \"{\\\"x\\\": 1}\"}}]}"
+
+/* response_format, tools, tool_choice, parallel_tool_calls and tool
+ * results: each wrong one a 400 naming it. */
+static void test_tools_fields(void)
+{
+	static const struct { const char *body, *param; } c[] = {
+		{ "\"tools\": {}", "tools" },
+		{ "\"tools\": [{}]", "tools[0]" },
+		{ "\"tools\": [{\"type\": \"function\"}]", "tools[0].function" },
+		{ "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"a b\"}}]",
+		  "tools[0].function.name" },
+		{ "\"tools\": [" TOOL ", " TOOL "]", "tools[1].function.name" },
+		{ "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"g\", "
+		  "\"parameters\": []}}]", "tools[0].function.parameters" },
+		{ "\"tools\": [" TOOL "], \"tool_choice\": \"sometimes\"", "tool_choice" },
+		{ "\"tool_choice\": \"required\"", "tool_choice" },
+		{ "\"tools\": [" TOOL "], \"tool_choice\": {\"type\": \"function\", "
+		  "\"function\": {\"name\": \"g\"}}", "tool_choice.function.name" },
+		{ "\"tools\": [" TOOL "], \"parallel_tool_calls\": 1", "parallel_tool_calls" },
+		{ "\"tools\": [" TOOL "], \"response_format\": {\"type\": \"json_object\"}",
+		  "response_format" },
+		{ "\"response_format\": {\"type\": \"xml\"}", "response_format.type" },
+		{ "\"response_format\": \"json\"", "response_format" },
+		{ "\"response_format\": {\"type\": \"json_schema\"}",
+		  "response_format.json_schema" },
+		{ "\"response_format\": {\"type\": \"json_schema\", \"json_schema\": {}}",
+		  "response_format.json_schema.schema" },
+		{ "\"response_format\": {\"type\": \"json_schema\", \"json_schema\": "
+		  "{\"schema\": {\"properties\": {\"x\": {\"not\": {}}}}}}",
+		  "response_format.json_schema.schema" },
+	};
+	char body[2048];
+	ds_api_req r;
+	ds_api_err e;
+	size_t i;
+
+	for (i = 0; i < sizeof c / sizeof c[0]; i++) {
+		snprintf(body, sizeof body, "{\"messages\": [" USER "], %s}", c[i].body);
+		T_CHECKF(refused(DS_API_CHAT, body, 400, c[i].param), "%s", body);
+	}
+	T_CHECK(refused(DS_API_COMPLETION, "{\"prompt\": \"p\", \"tools\": [" TOOL "]}",
+			400, "tools"));
+	/* a tool result answers a call made before it */
+	T_CHECK(refused(DS_API_CHAT, "{\"messages\": [" USER ", {\"role\": \"tool\", "
+			"\"tool_call_id\": \"c1\", \"content\": \"2\"}]}", 400,
+			"messages[1].tool_call_id"));
+	T_CHECK(refused(DS_API_CHAT, "{\"messages\": [" USER ", " CALLS ", {\"role\": "
+			"\"tool\", \"tool_call_id\": \"c2\", \"content\": \"2\"}]}", 400,
+			"messages[2].tool_call_id"));
+	/* the message names the schema's keyword */
+	T_CHECK(parse(&r, DS_API_CHAT, "{\"messages\": [" USER "], \"response_format\": "
+		      "{\"type\": \"json_schema\", \"json_schema\": {\"schema\": "
+		      "{\"properties\": {\"x\": {\"not\": {}}}}}}}", &e) == -1);
+	T_CHECKF(strcmp(e.msg, "response_format.json_schema.schema.properties.x: "
+			"unsupported keyword 'not'") == 0, "%s", e.msg);
+	/* accepted */
+	T_CHECK(parse(&r, DS_API_CHAT, "{\"messages\": [" USER ", " CALLS ", {\"role\": "
+		      "\"tool\", \"tool_call_id\": \"c1\", \"content\": \"2\"}], "
+		      "\"tools\": [" TOOL "], \"tool_choice\": {\"type\": \"function\", "
+		      "\"function\": {\"name\": \"f\"}}, \"parallel_tool_calls\": false}",
+		      &e) == 0);
+	T_CHECK(r.tool_choice == DS_TOOLS_NAMED && r.tool_index == 0 && !r.parallel_tools);
+	ds_api_req_free(&r);
+	T_CHECK(parse(&r, DS_API_COMPLETION, "{\"prompt\": \"p\", \"response_format\": "
+		      "{\"type\": \"json_object\"}}", &e) == 0);
+	T_CHECK(r.grammar != NULL);
+	ds_api_req_free(&r);
+}
+
+/* Calls written as each format writes them parse back; the grammar of
+ * each format accepts them. */
+static void test_tool_calls(void)
+{
+	static const char *const text[] = {
+		"<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 1}}\n</tool_call>\n"
+		"<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 22} }\n</tool_call>",
+		"<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c>"
+		"<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "begin\xef\xbd\x9c>"
+		"function<\xef\xbd\x9ctool\xe2\x96\x81sep\xef\xbd\x9c>f\n```json\n{\"x\": 1}"
+		"\n```<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "end\xef\xbd\x9c>\n"
+		"<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "begin\xef\xbd\x9c>"
+		"function<\xef\xbd\x9ctool\xe2\x96\x81sep\xef\xbd\x9c>f\n```json\n{\"x\": 22}"
+		"\n```<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "end\xef\xbd\x9c>"
+		"<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "end\xef\xbd\x9c>",
+		"{\"name\": \"f\", \"parameters\": {\"x\": 1}}",
+	};
+	static const enum ds_tool_fmt fmt[] = { DS_TOOLFMT_HERMES, DS_TOOLFMT_DEEPSEEK,
+						DS_TOOLFMT_LLAMA3 };
+	ds_api_req r;
+	ds_api_err e;
+	size_t i, content;
+	json_t *calls;
+	char buf[1024];
+
+	T_CHECK(parse(&r, DS_API_CHAT, "{\"messages\": [" USER "], \"tools\": [" TOOL "], "
+		      "\"tool_choice\": \"required\"}", &e) == 0);
+	for (i = 0; i < 3; i++) {
+		ds_grammar *g = NULL;
+		ds_gmatch *m = NULL;
+		ds_err err;
+
+		snprintf(buf, sizeof buf, "Sure.\n%s", text[i]);
+		T_CHECK(ds_tool_parse(fmt[i], buf, strlen(buf), "x", &content, &calls) == 1);
+		T_CHECK(content == 6);
+		T_CHECK(json_array_size(calls) == (i < 2 ? 2u : 1u));
+		T_CHECK(strcmp(json_string_value(json_object_get(json_object_get(
+			json_array_get(calls, 0), "function"), "arguments")), "{\"x\": 1}") == 0);
+		T_CHECK(strcmp(json_string_value(json_object_get(json_array_get(calls, 0),
+			"id")), "call_x_0") == 0);
+		json_decref(calls);
+		/* the shown part stops at the marker, and before a tail that may start it */
+		T_CHECK(ds_tool_shown(fmt[i], buf, strlen(buf)) == 6);
+		T_CHECK(ds_tool_shown(fmt[i], buf, 7) == 6);
+		T_CHECK(ds_tool_grammar(&r, fmt[i], &g, &e) == 0);
+		T_CHECK(ds_gmatch_new(g, &m, &err) == 0);
+		T_CHECKF(ds_gmatch_accept_bytes(m, text[i], strlen(text[i]), &err) ==
+			 DS_GMATCH_OK && ds_gmatch_complete(m), "format %zu", i);
+		ds_gmatch_free(m);
+		ds_grammar_free(g);
+	}
+	/* no marker, or calls that do not parse: all content */
+	T_CHECK(ds_tool_parse(DS_TOOLFMT_HERMES, "plain", 5, "x", &content, &calls) == 0);
+	T_CHECK(content == 5 && calls == NULL);
+	T_CHECK(ds_tool_parse(DS_TOOLFMT_HERMES, "<tool_call>{", 12, "x", &content, &calls) == 0);
+	T_CHECK(content == 12 && calls == NULL);
+	ds_api_req_free(&r);
 }
 
 /* Every field of the wrong type or out of range: 400 naming it. */
@@ -228,8 +364,8 @@ static void test_wrong_fields(void)
 		{ "\"logit_bias\": {\"5\": 1}", "logit_bias" },
 		{ "\"presence_penalty\": 0.5", "presence_penalty" },
 		{ "\"frequency_penalty\": \"x\"", "frequency_penalty" },
-		{ "\"tools\": [{}]", "tools" },
-		{ "\"response_format\": {\"type\": \"json_object\"}", "response_format" },
+		{ "\"tools\": [{}]", "tools[0]" },
+		{ "\"response_format\": {\"type\": \"json\"}", "response_format.type" },
 	};
 	char body[512];
 	size_t i;
@@ -723,6 +859,8 @@ int main(void)
 	T_RUN(test_prompt_forms);
 	T_RUN(test_messages);
 	T_RUN(test_wrong_fields);
+	T_RUN(test_tools_fields);
+	T_RUN(test_tool_calls);
 	T_RUN(test_malformed);
 	T_RUN(test_fuzz);
 	T_RUN(test_tokenize_bodies);
