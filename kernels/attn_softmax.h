@@ -17,11 +17,16 @@
  * same rows) requested ahead of use: decode reads them cold (the weights
  * streamed since have evicted them), and asked for two chunks ahead they
  * arrive while the current chunk is computed.  Row by row, as a view's
- * rows need not be contiguous (MLA's V is the head of each K row). */
+ * rows need not be contiguous (MLA's V is the head of each K row).  A
+ * block of keys (ds_attn_job.ml) was written just before, and is read by
+ * many calls: it is in the cache already. */
 static void attn_fetch(const ds_attn_job *a, size_t j0, size_t n)
 {
 	size_t kb = ds_kv_row_bytes(a->k.type, a->k.dim), vb = ds_kv_row_bytes(a->v.type, a->v.dim);
 	size_t j, b;
+
+	if (a->ml != NULL)
+		return;
 
 	n = j0 < a->n ? (a->n - j0 < n ? a->n - j0 : n) : 0;
 	for (j = j0; j < j0 + n; j++) {

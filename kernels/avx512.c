@@ -1111,6 +1111,28 @@ AI __m512 hsum16(__m512 *a)
 			     _mm512_shuffle_f32x4(d[0], d[1], 0xdd));
 }
 
+/* One 16-value step at d of the NH x NK dot products: the query and key
+ * vectors under mask m (a constant 0xffff for whole steps, so their
+ * loads take no test), each key vector converted once for the NH rows. */
+AI void attn_qk_step(__m512 *acc, const float *const *qr, const uint8_t *const *kr,
+		     size_t d, __mmask16 m, const int NH, const int NK, enum ds_kvtype KT)
+{
+	__m512 qv[4];
+	int h, k;
+
+#pragma GCC unroll 4
+	for (h = 0; h < NH; h++)
+		qv[h] = ldm(m, qr[h] + d);
+#pragma GCC unroll 16
+	for (k = 0; k < NK; k++) {
+		__m512 kv = kv_load(KT, kr[k], d, m);
+
+#pragma GCC unroll 4
+		for (h = 0; h < NH; h++)
+			acc[h * NK + k] = _mm512_fmadd_ps(qv[h], kv, acc[h * NK + k]);
+	}
+}
+
 /* Scores of nh <= NH heads (from h0) against nk <= NK keys (from j0) in
  * an NH x NK tile (NH x NK = 16; the missing ones repeat the last head and
  * key, and are not stored): sixteen dot products over the key width, each
@@ -1139,22 +1161,10 @@ AI void attn_qk(const ds_attn_job *a, size_t h0, size_t nh, size_t j0, size_t nk
 #pragma GCC unroll 16
 	for (h = 0; h < 16; h++)
 		acc[h] = _mm512_setzero_ps();
-	for (d = 0; d < kd; d += 16) {
-		__mmask16 m = tail(kd, d);
-		__m512 qv[4];
-
-#pragma GCC unroll 4
-		for (h = 0; h < NH; h++)
-			qv[h] = ldm(m, qr[h] + d);
-#pragma GCC unroll 16
-		for (k = 0; k < NK; k++) {
-			__m512 kv = kv_load(KT, kr[k], d, m);
-
-#pragma GCC unroll 4
-			for (h = 0; h < NH; h++)
-				acc[h * NK + k] = _mm512_fmadd_ps(qv[h], kv, acc[h * NK + k]);
-		}
-	}
+	for (d = 0; d + 16 <= kd; d += 16)
+		attn_qk_step(acc, qr, kr, d, 0xffff, NH, NK, KT);
+	if (d < kd)
+		attn_qk_step(acc, qr, kr, d, tail(kd, d), NH, NK, KT);
 	r = _mm512_mul_ps(hsum16(acc), _mm512_set1_ps(a->scale));
 	_mm512_storeu_ps(out, r);
 	for (h = 0; (size_t)h < nh; h++)
@@ -1190,29 +1200,31 @@ AI void attn_scores(const ds_attn_job *a, size_t h, size_t nh, size_t j0, size_t
 	}
 }
 
-/* o[h] += sum_j p[h][j] v_j for up to 4 heads over the chunk's nj keys,
- * a 4-head by 64-value tile of o held in registers while the keys pass. */
-AI void attn_pv(const ds_attn_job *a, size_t h0, size_t j0, size_t nj,
-		const float *sc, const int NH, enum ds_kvtype VT)
+/* One 64-value block at d of attn_pv; WHOLE (a constant) when the block
+ * lies inside the row, so its loads take no test. */
+AI void attn_pv_blk(const ds_attn_job *a, size_t h0, size_t j0, size_t nj,
+		    const float *sc, size_t d, const int NH, enum ds_kvtype VT,
+		    const int WHOLE)
 {
 	const size_t vd = a->v.dim, C = DS_ATTN_CHUNK;
-	size_t d, j;
+	size_t j;
 	int h, i;
 
-	for (d = 0; d < vd; d += 64) {
+	{
 		__mmask16 m[4];
 		__m512 o[4][4];
 
 #pragma GCC unroll 4
 		for (i = 0; i < 4; i++)
-			m[i] = d + 16 * i < vd ? tail(vd, d + 16 * i) : 0;
+			m[i] = WHOLE ? 0xffff : d + 16 * i < vd ? tail(vd, d + 16 * i) : 0;
 #pragma GCC unroll 4
 		for (h = 0; h < NH; h++)
 #pragma GCC unroll 4
 			for (i = 0; i < 4; i++)
 				o[h][i] = ldm(m[i], a->o + (h0 + h) * a->o_ld + d + 16 * i);
-		for (j = 0; j < nj; j++) {
-			const uint8_t *row = a->v.data + (j0 + j) * a->v.ld;
+		const uint8_t *row = a->v.data + j0 * a->v.ld;
+
+		for (j = 0; j < nj; j++, row += a->v.ld) {
 			__m512 v[4];
 
 #pragma GCC unroll 4
@@ -1233,6 +1245,19 @@ AI void attn_pv(const ds_attn_job *a, size_t h0, size_t j0, size_t nj,
 			for (i = 0; i < 4; i++)
 				stm(a->o + (h0 + h) * a->o_ld + d + 16 * i, m[i], o[h][i]);
 	}
+}
+
+/* o[h] += sum_j p[h][j] v_j for up to 4 heads over the chunk's nj keys,
+ * a 4-head by 64-value tile of o held in registers while the keys pass. */
+AI void attn_pv(const ds_attn_job *a, size_t h0, size_t j0, size_t nj,
+		const float *sc, const int NH, enum ds_kvtype VT)
+{
+	size_t d;
+
+	for (d = 0; d + 64 <= a->v.dim; d += 64)
+		attn_pv_blk(a, h0, j0, nj, sc, d, NH, VT, 1);
+	if (d < a->v.dim)
+		attn_pv_blk(a, h0, j0, nj, sc, d, NH, VT, 0);
 }
 
 /* The online softmax over chunks of DS_ATTN_CHUNK keys (attn_softmax.h),
