@@ -18,6 +18,7 @@
 #include "base/cli.h"
 #include "base/util.h"
 #include "bench/kbench.h"
+#include "bench/maskbench.h"
 #include "bench/mbench.h"
 #include "bench/report.h"
 #include "bench/specbench.h"
@@ -610,67 +611,6 @@ static int run_verify(opts *o, ds_err *err)
 	return rc;
 }
 
-/* ---- --grammar: the token mask's cost on the model's vocabulary ------------------------- */
-
-/* One document {schema, doc}: the doc indented by two spaces, cut into
- * the vocabulary's longest tokens, a mask at each step (grammar.h
- * ds_grammar_bench). */
-static int grammar_row(const char *model, const char *file, const ds_gvocab *v,
-		       ds_err *err)
-{
-	json_error_t je;
-	json_t *j = json_load_file(file, JSON_REJECT_DUPLICATES, &je);
-	ds_grammar *g = NULL;
-	ds_gbench r;
-	char *doc;
-	int rc;
-
-	if (j == NULL)
-		return ds_errf(err, "%s: line %d: %s", file, je.line, je.text);
-	doc = json_dumps(json_object_get(j, "doc"), JSON_INDENT(2) | JSON_ENCODE_ANY);
-	rc = ds_grammar_from_schema(json_object_get(j, "schema"), "schema", &g, err) ?
-	     ds_err_prefix(err, "%s", file) :
-	     doc == NULL ? ds_errf(err, "%s: no \"doc\"", file) :
-	     ds_grammar_bench(g, v, doc, strlen(doc), &r, NULL, NULL, err);
-	if (rc == 0)
-		printf("| %s | %s | %zu | %zu | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f | %.0f |\n",
-		       model, file, ds_gvocab_size(v), r.steps, r.mean_us, r.p50_us,
-		       r.p99_us, r.max_us, r.nocache_mean_us, r.accept_mean_us,
-		       r.allowed_mean);
-	free(doc);
-	ds_grammar_free(g);
-	json_decref(j);
-	return rc;
-}
-
-static int run_grammar(opts *o, ds_err *err)
-{
-	char *path = ds_path_join(o->dir, "tokenizer.bin");
-	ds_tok *tok = NULL;
-	ds_gvocab *v = NULL;
-	double t0 = ds_now_s();
-	int rc, i;
-
-	if (path == NULL)
-		return ds_errf(err, "out of memory");
-	rc = ds_tok_load(&tok, path, err) || ds_gvocab_from_tok(tok, ds_tok_eos(tok), &v, err) ? -1 : 0;
-	free(path);
-	if (rc == 0) {
-		printf("vocabulary: %zu tokens, trie built in %.0f ms; times in "
-		       "microseconds, one core\n\n", ds_gvocab_size(v),
-		       (ds_now_s() - t0) * 1e3);
-		printf("| model | document | vocabulary | steps | mask mean | p50 | p99 | "
-		       "max | no cache mean | accept mean | allowed mean |\n");
-		printf("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
-	}
-	for (i = 0; rc == 0 && i < o->n_gdocs; i++)
-		rc = grammar_row(o->dir, o->gdocs[i], v, err);
-	ds_gvocab_free(v);
-	if (tok)
-		ds_tok_free(tok);
-	return rc;
-}
-
 static int run_kernels(opts *o, ds_err *err)
 {
 	int rc;
@@ -731,7 +671,7 @@ int main(int argc, char **argv)
 			o.threads[0] = n > 0 && n < 1024 ? (int)n : 1;
 			o.n_threads = 1;
 		}
-		rc = o.n_gdocs ? (run_grammar(&o, &err) ? 1 : 0) :
+		rc = o.n_gdocs ? (ds_maskbench(o.dir, o.gdocs, o.n_gdocs, &err) ? 1 : 0) :
 		     o.save ? (save_synthetic(&o, &err) ? 1 : 0) :
 		     o.spec ? (run_spec(&o, &err) ? 1 : 0) :
 		     o.verify ? (run_verify(&o, &err) ? 1 : 0) : run_mpi(&o, &err);

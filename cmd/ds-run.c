@@ -301,13 +301,7 @@ static void on_done(void *user, size_t index, enum ds_finish why,
 		    const ds_req_stats *st)
 {
 	(void)user;
-	warnx("request %zu: %zu prompt tokens (%zu cached), %zu generated, %s",
-	      index + 1, st->prompt_tokens, st->cached_tokens,
-	      st->completion_tokens, ds_finish_name(why));
-	if (st->mask_steps)
-		warnx("request %zu: grammar masks: %zu steps, %.3f ms (%.1f us a "
-		      "step)", index + 1, st->mask_steps, st->mask_s * 1e3,
-		      st->mask_s * 1e6 / (double)st->mask_steps);
+	ds_describe_request(index, why, st);
 }
 
 /* The session's warnings (prompt cache files ignored). */
@@ -559,39 +553,14 @@ static int host_setup(const opts *o, ds_err *err)
 	return 0;
 }
 
-/* --grammar FILE (errors "FILE: line:col: ...") or --json-schema FILE
- * ("FILE: schema.properties.x: ..."). */
-static int load_grammar(run *r, ds_err *err)
-{
-	const char *path = r->o->grammar ? r->o->grammar : r->o->schema;
-	json_error_t je;
-	json_t *j;
-	char *text;
-	size_t len;
-	int rc;
-
-	if (path == NULL)
-		return 0;
-	if (ds_read_file(path, DS_GRAMMAR_MAX_TEXT, &text, &len, err))
-		return -1;
-	if (r->o->grammar) {
-		rc = ds_grammar_parse(text, len, &r->g, err);
-	} else if ((j = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je)) == NULL) {
-		rc = ds_errf(err, "line %d column %d: %s", je.line, je.column, je.text);
-	} else {
-		rc = ds_grammar_from_schema(j, "schema", &r->g, err);
-		json_decref(j);
-	}
-	free(text);
-	return rc ? ds_err_prefix(err, "%s", path) : 0;
-}
-
 static int setup(run *r, ds_err *err)
 {
 	const opts *o = r->o;
 	ds_session_opts so;
 
-	if (load_grammar(r, err))
+	if ((o->grammar || o->schema) &&
+	    ds_grammar_load(o->grammar ? o->grammar : o->schema, !o->grammar,
+			    &r->g, err))
 		return -1;
 
 	/* first, on every rank: the model's split, then they follow */

@@ -58,6 +58,10 @@ int ds_grammar_json_object(ds_grammar **g, ds_err *err);
 /* The grammar text a schema compiles to (malloc'd, NUL-terminated). */
 int ds_grammar_schema_text(const json_t *schema, const char *path,
 			   char **text, size_t *len, ds_err *err);
+/* A grammar from file path: grammar text, or with schema set a JSON
+ * schema.  Errors start with the path ("FILE: 3:7: ..." or "FILE:
+ * schema.properties.x: ..."). */
+int ds_grammar_load(const char *path, int schema, ds_grammar **g, ds_err *err);
 void ds_grammar_free(ds_grammar *g);
 
 /* Counts for diagnostics: rules (named and generated), lowered elements,

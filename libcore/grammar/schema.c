@@ -1720,3 +1720,26 @@ int ds_grammar_schema_text(const json_t *schema, const char *path,
 	ds_gbuilder_free(b);
 	return rc;
 }
+
+int ds_grammar_load(const char *path, int schema, ds_grammar **g, ds_err *err)
+{
+	json_error_t je;
+	json_t *j;
+	char *text;
+	size_t len;
+	int rc;
+
+	if (ds_read_file(path, DS_GRAMMAR_MAX_TEXT, &text, &len, err))
+		return -1;
+	if (!schema) {
+		rc = ds_grammar_parse(text, len, g, err);
+	} else if ((j = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je)) == NULL) {
+		rc = ds_errf(err, "line %d column %d: %s", je.line, je.column,
+			     je.text);
+	} else {
+		rc = ds_grammar_from_schema(j, "schema", g, err);
+		json_decref(j);
+	}
+	free(text);
+	return rc ? ds_err_prefix(err, "%s", path) : 0;
+}

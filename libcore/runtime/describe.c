@@ -46,6 +46,18 @@ void ds_describe_session(const ds_session *s, const char *dir, uint64_t seed,
 	ds_warnx("RSS %.1f MiB", ds_rss_mib());
 }
 
+void ds_describe_request(size_t index, enum ds_finish why,
+			 const ds_req_stats *st)
+{
+	ds_warnx("request %zu: %zu prompt tokens (%zu cached), %zu generated, %s",
+		 index + 1, st->prompt_tokens, st->cached_tokens,
+		 st->completion_tokens, ds_finish_name(why));
+	if (st->mask_steps)
+		ds_warnx("request %zu: grammar masks: %zu steps, %.3f ms (%.1f us "
+			 "a step)", index + 1, st->mask_steps, st->mask_s * 1e3,
+			 st->mask_s * 1e6 / (double)st->mask_steps);
+}
+
 void ds_describe_runner(const ds_runner *n, enum ds_spec_kind spec)
 {
 	/* prompt: tokens / time to the first sampled token; decode: the

@@ -16,6 +16,10 @@
  * and RSS of session s opened from dir; spec_k 0 means K adapts. */
 void ds_describe_session(const ds_session *s, const char *dir, uint64_t seed,
 			 uint32_t spec_k);
+/* Request index (from 0) of a run: its tokens, why it ended and, under a
+ * grammar, the masks' time. */
+void ds_describe_request(size_t index, enum ds_finish why,
+			 const ds_req_stats *st);
 /* The prompt and decode rates of runner n, the drafter's acceptance when
  * spec is not DS_SPEC_NONE, and RSS. */
 void ds_describe_runner(const ds_runner *n, enum ds_spec_kind spec);
