@@ -24,12 +24,12 @@ static void attn_generic(const ds_attn_job *a, float *scratch)
 			for (h = 0; h < g; h++)
 				sc[h * C + j] = a->scale * dot(a->q + h * a->q_ld, kf, kd);
 		}
-		attn_weights(a, sc, mx, l, nj);
+		attn_weights(a, sc, mx, l, j0, nj);
 		for (j = 0; j < nj; j++) {
 			kv_row_f32(a->v.type, a->v.data + (j0 + j) * a->v.ld, vd, vf);
 			for (h = 0; h < g; h++)
 				axpy(sc[h * C + j], vf, vd, a->o + h * a->o_ld);
 		}
 	}
-	attn_end(a, l);
+	attn_end(a, mx, l);
 }

@@ -550,6 +550,20 @@ static float row_max(const float *s, size_t n, float m)
 #include "attn_softmax.h"
 #include "attn_online.h"
 
+/* kernels.h kv_load: kv_row_f32 over the whole vectors, the rest one by
+ * one (kv_row_f32 would zero-fill past n). */
+static void kv_load_row(enum ds_kvtype t, const void *src, size_t n, float *out)
+{
+	const uint8_t *row = src;
+	size_t m = t == DS_KV_Q8 ? n : n / 8 * 8, j;
+
+	kv_row_f32(t, row, m, out);
+	for (j = m; j < n; j++)
+		out[j] = t == DS_KV_F32 ? ((const float *)src)[j]
+		       : t == DS_KV_F16 ? ds_f16_to_f32(((const uint16_t *)src)[j])
+		       : ds_bf16_to_f32(((const uint16_t *)src)[j]);
+}
+
 /* ---- tiled attention (key widths a multiple of 8, value widths of 32) ---- */
 
 /* Values d .. d+7 of a cache row as floats (d a multiple of 8). */
@@ -707,13 +721,13 @@ AI void attn_t(const ds_attn_job *a, float *scratch, enum ds_kvtype KT, enum ds_
 		attn_fetch(a, j0 + 2 * C, C);   /* two chunks ahead */
 		for (h = 0; h < g; h += 8)
 			attn_scores8(a, h, g - h < 8 ? g - h : 8, j0, nj, sc, KT);
-		attn_weights(a, sc, mx, l, nj);
+		attn_weights(a, sc, mx, l, j0, nj);
 		for (h = 0; h + 2 <= g; h += 2)
 			attn_pv8(a, h, j0, nj, sc, 2, VT);
 		if (h < g)
 			attn_pv8(a, h, j0, nj, sc, 1, VT);
 	}
-	attn_end(a, l);
+	attn_end(a, mx, l);
 }
 
 static void attn(const ds_attn_job *a, float *scratch)
@@ -834,6 +848,7 @@ void ds_kernels_fill_avx2(ds_kernels *k)
 	k->quant_row = quant_row;
 	k->bf16_row = bf16_row;
 	k->kv_store = kv_store;
+	k->kv_load = kv_load_row;
 	k->sumsq = sumsq;
 	k->rmsnorm = rmsnorm;
 	k->softmax = softmax;

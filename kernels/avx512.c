@@ -1035,6 +1035,14 @@ AI __m512 kv_load(enum ds_kvtype t, const uint8_t *row, size_t d, __mmask16 m)
 	}
 }
 
+static void kv_load_row(enum ds_kvtype t, const void *src, size_t n, float *out)
+{
+	size_t i;
+
+	for (i = 0; i < n; i += 16)
+		stm(out + i, tail(n, i), kv_load(t, src, i, tail(n, i)));
+}
+
 /* The largest of s[0..n-1] and m. */
 static float row_max(const float *s, size_t n, float m)
 {
@@ -1103,6 +1111,28 @@ AI __m512 hsum16(__m512 *a)
 			     _mm512_shuffle_f32x4(d[0], d[1], 0xdd));
 }
 
+/* One 16-value step at d of the NH x NK dot products: the query and key
+ * vectors under mask m (a constant 0xffff for whole steps, so their
+ * loads take no test), each key vector converted once for the NH rows. */
+AI void attn_qk_step(__m512 *acc, const float *const *qr, const uint8_t *const *kr,
+		     size_t d, __mmask16 m, const int NH, const int NK, enum ds_kvtype KT)
+{
+	__m512 qv[4];
+	int h, k;
+
+#pragma GCC unroll 4
+	for (h = 0; h < NH; h++)
+		qv[h] = ldm(m, qr[h] + d);
+#pragma GCC unroll 16
+	for (k = 0; k < NK; k++) {
+		__m512 kv = kv_load(KT, kr[k], d, m);
+
+#pragma GCC unroll 4
+		for (h = 0; h < NH; h++)
+			acc[h * NK + k] = _mm512_fmadd_ps(qv[h], kv, acc[h * NK + k]);
+	}
+}
+
 /* Scores of nh <= NH heads (from h0) against nk <= NK keys (from j0) in
  * an NH x NK tile (NH x NK = 16; the missing ones repeat the last head and
  * key, and are not stored): sixteen dot products over the key width, each
@@ -1114,31 +1144,27 @@ AI void attn_qk(const ds_attn_job *a, size_t h0, size_t nh, size_t j0, size_t nk
 {
 	const size_t kd = a->k.dim, C = DS_ATTN_CHUNK;
 	const int full = nh == (size_t)NH && nk == (size_t)NK;
+	const float *qr[4];
+	const uint8_t *kr[16];
 	__m512 acc[16], r;
 	float out[16];
 	size_t d;
 	int h, k;
 
+	/* the rows' addresses once, not per step of the dot products */
+#pragma GCC unroll 4
+	for (h = 0; h < NH; h++)
+		qr[h] = a->q + (h0 + (full || (size_t)h < nh ? (size_t)h : nh - 1)) * a->q_ld;
+#pragma GCC unroll 16
+	for (k = 0; k < NK; k++)
+		kr[k] = a->k.data + (j0 + (full || (size_t)k < nk ? (size_t)k : nk - 1)) * a->k.ld;
 #pragma GCC unroll 16
 	for (h = 0; h < 16; h++)
 		acc[h] = _mm512_setzero_ps();
-	for (d = 0; d < kd; d += 16) {
-		__mmask16 m = tail(kd, d);
-		__m512 qv[4];
-
-#pragma GCC unroll 4
-		for (h = 0; h < NH; h++)
-			qv[h] = ldm(m, a->q + (h0 + (full || (size_t)h < nh ? (size_t)h : nh - 1)) * a->q_ld + d);
-#pragma GCC unroll 16
-		for (k = 0; k < NK; k++) {
-			size_t j = j0 + (full || (size_t)k < nk ? (size_t)k : nk - 1);
-			__m512 kv = kv_load(KT, a->k.data + j * a->k.ld, d, m);
-
-#pragma GCC unroll 4
-			for (h = 0; h < NH; h++)
-				acc[h * NK + k] = _mm512_fmadd_ps(qv[h], kv, acc[h * NK + k]);
-		}
-	}
+	for (d = 0; d + 16 <= kd; d += 16)
+		attn_qk_step(acc, qr, kr, d, 0xffff, NH, NK, KT);
+	if (d < kd)
+		attn_qk_step(acc, qr, kr, d, tail(kd, d), NH, NK, KT);
 	r = _mm512_mul_ps(hsum16(acc), _mm512_set1_ps(a->scale));
 	_mm512_storeu_ps(out, r);
 	for (h = 0; (size_t)h < nh; h++)
@@ -1174,29 +1200,31 @@ AI void attn_scores(const ds_attn_job *a, size_t h, size_t nh, size_t j0, size_t
 	}
 }
 
-/* o[h] += sum_j p[h][j] v_j for up to 4 heads over the chunk's nj keys,
- * a 4-head by 64-value tile of o held in registers while the keys pass. */
-AI void attn_pv(const ds_attn_job *a, size_t h0, size_t j0, size_t nj,
-		const float *sc, const int NH, enum ds_kvtype VT)
+/* One 64-value block at d of attn_pv; WHOLE (a constant) when the block
+ * lies inside the row, so its loads take no test. */
+AI void attn_pv_blk(const ds_attn_job *a, size_t h0, size_t j0, size_t nj,
+		    const float *sc, size_t d, const int NH, enum ds_kvtype VT,
+		    const int WHOLE)
 {
 	const size_t vd = a->v.dim, C = DS_ATTN_CHUNK;
-	size_t d, j;
+	size_t j;
 	int h, i;
 
-	for (d = 0; d < vd; d += 64) {
+	{
 		__mmask16 m[4];
 		__m512 o[4][4];
 
 #pragma GCC unroll 4
 		for (i = 0; i < 4; i++)
-			m[i] = d + 16 * i < vd ? tail(vd, d + 16 * i) : 0;
+			m[i] = WHOLE ? 0xffff : d + 16 * i < vd ? tail(vd, d + 16 * i) : 0;
 #pragma GCC unroll 4
 		for (h = 0; h < NH; h++)
 #pragma GCC unroll 4
 			for (i = 0; i < 4; i++)
 				o[h][i] = ldm(m[i], a->o + (h0 + h) * a->o_ld + d + 16 * i);
-		for (j = 0; j < nj; j++) {
-			const uint8_t *row = a->v.data + (j0 + j) * a->v.ld;
+		const uint8_t *row = a->v.data + j0 * a->v.ld;
+
+		for (j = 0; j < nj; j++, row += a->v.ld) {
 			__m512 v[4];
 
 #pragma GCC unroll 4
@@ -1219,6 +1247,19 @@ AI void attn_pv(const ds_attn_job *a, size_t h0, size_t j0, size_t nj,
 	}
 }
 
+/* o[h] += sum_j p[h][j] v_j for up to 4 heads over the chunk's nj keys,
+ * a 4-head by 64-value tile of o held in registers while the keys pass. */
+AI void attn_pv(const ds_attn_job *a, size_t h0, size_t j0, size_t nj,
+		const float *sc, const int NH, enum ds_kvtype VT)
+{
+	size_t d;
+
+	for (d = 0; d + 64 <= a->v.dim; d += 64)
+		attn_pv_blk(a, h0, j0, nj, sc, d, NH, VT, 1);
+	if (d < a->v.dim)
+		attn_pv_blk(a, h0, j0, nj, sc, d, NH, VT, 0);
+}
+
 /* The online softmax over chunks of DS_ATTN_CHUNK keys (attn_softmax.h),
  * with the two products register-tiled over 4 heads; KT and VT the cache
  * types (constants where attn() calls it, so no load tests them). */
@@ -1238,7 +1279,7 @@ AI void attn_t(const ds_attn_job *a, float *scratch, enum ds_kvtype KT, enum ds_
 
 			attn_scores(a, h, nh, j0, nj, sc, KT);
 		}
-		attn_weights(a, sc, mx, l, nj);
+		attn_weights(a, sc, mx, l, j0, nj);
 		for (h = 0; h < g; h += 4) {
 			switch (g - h < 4 ? g - h : 4) {
 			case 1: attn_pv(a, h, j0, nj, sc, 1, VT); break;
@@ -1248,7 +1289,7 @@ AI void attn_t(const ds_attn_job *a, float *scratch, enum ds_kvtype KT, enum ds_
 			}
 		}
 	}
-	attn_end(a, l);
+	attn_end(a, mx, l);
 }
 
 static void attn(const ds_attn_job *a, float *scratch)
@@ -1372,6 +1413,7 @@ void ds_kernels_fill_avx512(ds_kernels *k)
 	k->quant_row = quant_row;
 	k->bf16_row = bf16_row;
 	k->kv_store = kv_store;
+	k->kv_load = kv_load_row;
 	k->sumsq = sumsq;
 	k->rmsnorm = rmsnorm;
 	k->softmax = softmax;

@@ -174,7 +174,27 @@ typedef struct ds_attn_job {
 	float scale;
 	float *o;              /* g rows of v.dim floats, o + h * o_ld */
 	size_t o_ld;
+	/* Causal rows: 0, every row sees keys 0 .. n-1; else the rows are
+	 * consecutive positions of one head and row h sees the keys
+	 * j < min(n, diag + h) (diag >= 1).  A masked key's weight is exactly
+	 * 0, so a row's result is the one it has alone with its own n. */
+	size_t diag;
+	/* NULL: the softmax begins and ends in the call.  Else the keys are
+	 * one of several consecutive blocks (each but the last a multiple of
+	 * DS_ATTN_CHUNK long) over which every row's running maximum and sum
+	 * carry, ml[h * ml_ld] and ml[h * ml_ld + 1]: `first` starts them
+	 * (and zeroes the outputs, so row h must see a key of it), and no
+	 * call divides the outputs by the sum; the caller multiplies them by
+	 * 1 / sum after the last block, as the whole call would. */
+	float *ml;
+	size_t ml_ld;
+	int first;
 } ds_attn_job;
+
+/* Query rows the ops give the kernel together where each KV head has
+ * one query head (MHA): consecutive tokens of one head, as causal rows,
+ * so each key row read from the cache serves them all. */
+#define DS_ATTN_TOKENS 16
 
 /* Floats of scratch an attention kernel needs for g heads. */
 #define DS_ATTN_CHUNK 32
@@ -232,6 +252,8 @@ typedef struct ds_kernels {
 	void (*dequant_row)(const ds_mat *w, uint64_t row, float *out);
 	/* x[n] -> one cache row of type t (n a multiple of 32 for q8). */
 	void (*kv_store)(enum ds_kvtype t, const float *x, size_t n, void *dst);
+	/* One cache row of type t back as n floats (out[0 .. n-1] only). */
+	void (*kv_load)(enum ds_kvtype t, const void *src, size_t n, float *out);
 	/* scratch: DS_ATTN_SCRATCH(j->g, j->k.dim, j->v.dim) floats, 64-byte
 	 * aligned */
 	void (*attn)(const ds_attn_job *j, float *scratch);

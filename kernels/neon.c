@@ -679,7 +679,7 @@ AI void attn_t(const ds_attn_job *a, float *scratch, enum ds_kvtype KT, enum ds_
 		attn_fetch(a, j0 + 2 * C, C);   /* two chunks ahead */
 		for (h = 0; h < g; h += 4)
 			attn_scores8(a, h, g - h < 4 ? g - h : 4, j0, nj, sc, KT);
-		attn_weights(a, sc, mx, l, nj);
+		attn_weights(a, sc, mx, l, j0, nj);
 		for (h = 0; h < g; h += 4) {
 			switch (g - h < 4 ? g - h : 4) {
 			case 1: attn_pv(a, h, j0, nj, sc, 1, VT); break;
@@ -689,7 +689,7 @@ AI void attn_t(const ds_attn_job *a, float *scratch, enum ds_kvtype KT, enum ds_
 			}
 		}
 	}
-	attn_end(a, l);
+	attn_end(a, mx, l);
 }
 
 static void attn(const ds_attn_job *a, float *scratch)

@@ -327,35 +327,67 @@ static float kv_score(const ds_attn_job *a, const float *q, size_t j)
 	return (float)(dot * a->scale);
 }
 
-/* Two passes over the keys: the maximum score, then the exponentials and
- * the weighted sum of values. */
+static void kv_load(enum ds_kvtype t, const void *src, size_t n, float *out)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		out[i] = kv_at(t, src, i);
+}
+
+/* The keys row h sees: n, or fewer for causal rows (ds_attn_job.diag). */
+static size_t attn_lim(const ds_attn_job *a, size_t h)
+{
+	return a->diag && a->diag + h < a->n ? a->diag + h : a->n;
+}
+
+/* One row: two passes over its keys, the maximum score, then the
+ * exponentials and the weighted sum of values; over a block of keys
+ * (ds_attn_job.ml) the carried maximum and sum rescaled to the block's. */
+static void attn_row(const ds_attn_job *a, size_t h)
+{
+	const float *q = a->q + h * a->q_ld;
+	float *o = a->o + h * a->o_ld, *ml = a->ml ? a->ml + h * a->ml_ld : NULL;
+	int carry = ml != NULL && !a->first;
+	float m = carry ? ml[0] : -INFINITY, corr;
+	double l = carry ? ml[1] : 0;
+	size_t n = attn_lim(a, h), j, i;
+
+	for (j = 0; j < n; j++) {
+		float s = kv_score(a, q, j);
+
+		m = s > m ? s : m;
+	}
+	if (!carry)
+		memset(o, 0, a->v.dim * sizeof *o);
+	corr = carry ? expf(ml[0] - m) : 0;
+	l *= corr;
+	for (i = 0; carry && i < a->v.dim; i++)
+		o[i] *= corr;
+	for (j = 0; j < n; j++) {
+		const uint8_t *vr = a->v.data + j * a->v.ld;
+		float p = expf(kv_score(a, q, j) - m);
+
+		l += p;
+		for (i = 0; i < a->v.dim; i++)
+			o[i] += p * kv_at(a->v.type, vr, i);
+	}
+	if (ml != NULL) {
+		ml[0] = m;
+		ml[1] = (float)l;
+		return;
+	}
+	for (i = 0; i < a->v.dim; i++)
+		o[i] = (float)(o[i] / l);
+}
+
 static void attn(const ds_attn_job *a, float *scratch)
 {
-	size_t h, j, i;
+	size_t h;
 
 	(void)scratch;
-	for (h = 0; h < a->g; h++) {
-		const float *q = a->q + h * a->q_ld;
-		float *o = a->o + h * a->o_ld, m = kv_score(a, q, 0);
-		double l = 0;
-
-		for (j = 1; j < a->n; j++) {
-			float s = kv_score(a, q, j);
-
-			m = s > m ? s : m;
-		}
-		memset(o, 0, a->v.dim * sizeof *o);
-		for (j = 0; j < a->n; j++) {
-			const uint8_t *vr = a->v.data + j * a->v.ld;
-			float p = expf(kv_score(a, q, j) - m);
-
-			l += p;
-			for (i = 0; i < a->v.dim; i++)
-				o[i] += p * kv_at(a->v.type, vr, i);
-		}
-		for (i = 0; i < a->v.dim; i++)
-			o[i] = (float)(o[i] / l);
-	}
+	for (h = 0; h < a->g; h++)
+		attn_row(a, h);
 }
 
 /* ---- probes ------------------------------------------------------------------- */
@@ -415,6 +447,7 @@ void ds_kernels_fill_scalar(ds_kernels *k)
 	k->rope = rope;
 	k->dequant_row = dequant_row;
 	k->kv_store = kv_store;
+	k->kv_load = kv_load;
 	k->attn = attn;
 	k->read_probe = read_probe;
 	k->peak_probe = peak_probe;

@@ -68,6 +68,7 @@ typedef struct mb {
 	ds_kvcache kv;
 	uint32_t n_ctx, max_p, ubatch;
 	int32_t *tok, *pos, *seq;   /* [max(max_p, 1)] */
+	uint8_t *prompt;            /* [ubatch] all 1: pp reads a prompt */
 	uint64_t rng;
 	double probe_gbs, peak[3];
 	const uint8_t *wmem;        /* the weights the forward reads */
@@ -95,7 +96,7 @@ static int prefill(mb *b, uint32_t p, double *sec, double *ttft, ds_err *err)
 	t0 = ds_now_s();
 	for (i = 0; i < p; i += b->ubatch) {
 		ds_batch bt = { p - i < b->ubatch ? p - i : b->ubatch, b->tok + i,
-				b->pos + i, b->seq, NULL };
+				b->pos + i, b->seq, NULL, b->prompt };
 
 		if (ds_fwd_decode(b->f, &b->kv, &bt, err))
 			return -1;
@@ -463,7 +464,10 @@ static int mb_init(mb *b, const ds_mbench_opts *o, ds_model *m, ds_err *err)
 	b->tok = ds_calloc(b->max_p + 1, sizeof *b->tok, err);
 	b->pos = ds_calloc(b->max_p + 1, sizeof *b->pos, err);
 	b->seq = ds_calloc(b->ubatch, sizeof *b->seq, err);   /* all slot 0 */
-	return b->tok == NULL || b->pos == NULL || b->seq == NULL ? -1 : 0;
+	b->prompt = ds_calloc(b->ubatch, 1, err);
+	if (b->prompt != NULL)
+		memset(b->prompt, 1, b->ubatch);
+	return b->tok == NULL || b->pos == NULL || b->seq == NULL || b->prompt == NULL ? -1 : 0;
 }
 
 static void mb_free(mb *b, ds_placement *pl)
@@ -471,6 +475,7 @@ static void mb_free(mb *b, ds_placement *pl)
 	free(b->tok);
 	free(b->pos);
 	free(b->seq);
+	free(b->prompt);
 	ds_model_free(b->m);
 	ds_placement_free(pl);
 }

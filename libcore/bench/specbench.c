@@ -134,7 +134,7 @@ typedef struct vb {
 /* One pass of e entries after the ctx cached positions, cut again. */
 static int vpass(vb *b, uint32_t ctx, uint32_t e, double *sec, ds_err *err)
 {
-	ds_batch bt = { e, b->tok + ctx, b->pos + ctx, b->seq, b->want };
+	ds_batch bt = { e, b->tok + ctx, b->pos + ctx, b->seq, b->want, NULL };
 	double t0 = ds_now_s();
 
 	if (ds_fwd_decode(b->f, &b->kv, &bt, err))
@@ -233,7 +233,7 @@ int ds_specbench_verify(const ds_verify_opts *o, ds_verify_row *row, ds_err *err
 		b.want[i] = 1;
 	}
 	if (o->ctx) {
-		ds_batch pre = { o->ctx, b.tok, b.pos, b.seq, NULL };
+		ds_batch pre = { o->ctx, b.tok, b.pos, b.seq, NULL, NULL };
 
 		if (ds_fwd_decode(b.f, &b.kv, &pre, err))
 			goto out;

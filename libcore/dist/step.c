@@ -123,15 +123,15 @@ void ds_dist_send_cmd(ds_dist *d, int cmd, int status)
 		bcast(d, h, MSG_HDR, 0, &d->st.batch_s);
 }
 
-/* The header, then tok, pos, seq of each entry and each slot's length
- * once the batch is checked (a slot cut by the batch rules, or emptied
- * by the scheduler, is cut on every rank). */
+/* The header, then tok, pos, seq and the prompt flag of each entry and
+ * each slot's length once the batch is checked (a slot cut by the batch
+ * rules, or emptied by the scheduler, is cut on every rank). */
 void ds_dist_send_batch(void *arg, const ds_kvcache *kv, const ds_batch *b)
 {
 	ds_dist *d = arg;
 	int32_t h[MSG_HDR] = { [MSG_CMD] = CMD_BATCH, [MSG_N] = (int32_t)b->n,
 			       [MSG_SLOTS] = (int32_t)kv->n_slot };
-	size_t n = 3 * b->n + kv->n_slot, i;
+	size_t n = 4 * b->n + kv->n_slot, i;
 	int32_t *m;
 
 	if (d->size == 1)
@@ -140,8 +140,10 @@ void ds_dist_send_batch(void *arg, const ds_kvcache *kv, const ds_batch *b)
 	memcpy(m, b->token, b->n * sizeof *m);
 	memcpy(m + b->n, b->pos, b->n * sizeof *m);
 	memcpy(m + 2 * b->n, b->seq, b->n * sizeof *m);
+	for (i = 0; i < b->n; i++)
+		m[3 * b->n + i] = b->prompt && b->prompt[i];
 	for (i = 0; i < kv->n_slot; i++)
-		m[3 * b->n + i] = (int32_t)kv->len[i];
+		m[4 * b->n + i] = (int32_t)kv->len[i];
 	bcast(d, h, MSG_HDR, 0, &d->st.batch_s);
 	bcast(d, m, n, 0, &d->st.batch_s);
 	d->st.batches++;
@@ -185,23 +187,29 @@ static void follow_batch(ds_dist *d, ds_fwd *f, ds_kvcache *kv, const int32_t *h
 			 h[MSG_SLOTS], fi.max_batch, kv->n_slot);
 		ds_dist_fail(d, line);
 	}
-	len = 3 * n + kv->n_slot;
+	len = 4 * n + kv->n_slot;
 	m = msg_room(d, len);
 	bcast(d, m, len, 0, &d->st.batch_s);
 	d->st.batches++;
 	d->st.recv += (MSG_HDR + len) * sizeof *m;
 	if (n > d->no_logits_cap) {
 		free(d->no_logits);
-		d->no_logits = calloc(n, 1);
+		/* [n] zero, then [n] the prompt flags */
+		d->no_logits = calloc(n, 2);
 		if (d->no_logits == NULL)
 			ds_dist_fail(d, "out of memory");
 		d->no_logits_cap = n;
 	}
-	follow_lens(d, kv, m + 3 * n);
+	follow_lens(d, kv, m + 4 * n);
 	{
 		/* no logits: rank 0 alone samples */
+		uint8_t *prompt = d->no_logits + d->no_logits_cap;
 		ds_batch b = { .n = n, .token = m, .pos = m + n, .seq = m + 2 * n,
-			       .logits = d->no_logits };
+			       .logits = d->no_logits, .prompt = prompt };
+		size_t i;
+
+		for (i = 0; i < n; i++)
+			prompt[i] = m[3 * n + i] != 0;
 
 		if (ds_fwd_decode(f, kv, &b, &err))
 			ds_dist_fail(d, err.msg);

@@ -51,11 +51,13 @@ typedef struct ds_layer {
 } ds_layer;
 
 /* A run of the batch: n entries of one sequence at consecutive
- * positions, rows t0 .. t0+n-1 of the activations. */
+ * positions, rows t0 .. t0+n-1 of the activations, all prompt tokens
+ * or none (ds_batch.prompt). */
 typedef struct ds_run {
 	uint32_t seq;
 	uint32_t t0, n;
 	uint32_t pos0;
+	int prompt;                      /* its entries are prompt tokens */
 } ds_run;
 
 struct ds_fwd {
@@ -105,6 +107,13 @@ struct ds_fwd {
 	float *qc;                       /* (T, nh*(rkv+dr)) absorbed query */
 	float *oc;                       /* (T, nh*rkv) latent attention out */
 	float *o;                        /* (T, nh*vd) attention out */
+	/* MLA's MHA form (mla.c): DS_MLA_KEYS keys at a time decompressed
+	 * from the cache */
+	int mla_form;                    /* enum ds_mla_form */
+	float *mla_lat;                  /* (DS_MLA_KEYS, rkv+dr) cache rows */
+	float *mla_kv;                   /* (DS_MLA_KEYS, nh*(dn+dv)) k_nope, v */
+	float *mla_kr;                   /* (DS_MLA_KEYS, nh*(dn+dr)) keys */
+	float *mla_ml;                   /* (T, nh, 2) softmax max and sum */
 	float *rl;                       /* (T, E) router logits */
 	int32_t *eids;                   /* (T, n_used) */
 	float *ew;                       /* (T, n_used) */
@@ -168,9 +177,13 @@ int ds_mla_derive(ds_fwd *f, ds_err *err);
  * Hugging Face code, whatever rms_norm_eps says. */
 #define DS_LORA_EPS 1e-6f
 
-/* Absorbed attention of the projected rows q (T, nh*(dn+dr)) and k (T,
+/* Keys decompressed at a time in MLA's MHA form: a multiple of
+ * DS_ATTN_CHUNK, as the blocks of keys of ds_attn must be. */
+#define DS_MLA_KEYS 256
+/* MLA attention of the projected rows q (T, nh*(dn+dr)) and k (T,
  * rkv+dr): c normalized, q_pe and k_pe rotated, the rows into the cache,
- * then attention; o (T, nh*dv). */
+ * then attention, each run absorbed or in the MHA form (ds_run.prompt,
+ * f->mla_form); o (T, nh*dv). */
 void ds_mla_attend(ds_fwd *f, ds_kvcache *kv, const ds_layer *L,
 		   uint32_t layer, size_t T);
 

@@ -65,7 +65,7 @@ ds_attn ds_run_attn(const ds_fwd *f, ds_kvcache *kv, uint32_t layer, const ds_ru
 		    size_t n_kv_head, const float *q, size_t q_hs, float *o, size_t o_hs)
 {
 	size_t nh = f->hp->n_head;
-	ds_attn a;
+	ds_attn a = { .ml = NULL };
 
 	ds_kvcache_layer(kv, r->seq, layer, &a.k, &a.v);
 	a.n_head = nh;

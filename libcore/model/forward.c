@@ -291,6 +291,9 @@ static int ctx_init(ds_fwd *f, ds_err *err)
 		cfg.max_group = hp->n_head / hp->n_head_kv;
 		cfg.max_head = hp->head_dim;
 	}
+	/* MHA attends blocks of tokens together (ops.h ds_attn) */
+	if (cfg.max_group < DS_ATTN_TOKENS)
+		cfg.max_group = DS_ATTN_TOKENS;
 	cfg.max_rope = f->rope.dim;
 	return ds_ctx_init(&f->ctx, f->pool, &cfg, err);
 }
@@ -370,6 +373,11 @@ static int bufs_init(ds_fwd *f, ds_err *err)
 		f->qa = fbuf(f, T, hp->q_lora_rank, sizeof(float), &oom);
 		f->qc = fbuf(f, T, nh * lat, sizeof(float), &oom);
 		f->oc = fbuf(f, T, nh * hp->kv_lora_rank, sizeof(float), &oom);
+		f->mla_lat = fbuf(f, DS_MLA_KEYS, lat, sizeof(float), &oom);
+		f->mla_kv = fbuf(f, DS_MLA_KEYS, nh * (hp->qk_nope_head_dim + vd),
+				 sizeof(float), &oom);
+		f->mla_kr = fbuf(f, DS_MLA_KEYS, nh * qhd, sizeof(float), &oom);
+		f->mla_ml = fbuf(f, T, nh * 2, sizeof(float), &oom);
 	} else {
 		f->k = fbuf(f, T, (size_t)hp->n_head_kv * hp->head_dim, 4, &oom);
 		f->v = fbuf(f, T, (size_t)hp->n_head_kv * hp->head_dim, 4, &oom);
@@ -406,6 +414,25 @@ static int bufs_init(ds_fwd *f, ds_err *err)
 
 /* ---- init / free ------------------------------------------------------------------ */
 
+/* MLA's form: the options', else DS_MLA_FORM from the environment,
+ * else prompt entries in the MHA form. */
+static int mla_form(ds_fwd *f, const ds_fwd_opts *opts, ds_err *err)
+{
+	static const char *const names[] = { "prompt", "absorbed", "mha" };
+	const char *env = getenv("DS_MLA_FORM");
+	int i;
+
+	f->mla_form = opts && opts->mla_form ? opts->mla_form : DS_MLA_PROMPT;
+	if ((opts && opts->mla_form) || env == NULL || *env == 0)
+		return 0;
+	for (i = 0; i < 3; i++)
+		if (strcmp(env, names[i]) == 0) {
+			f->mla_form = DS_MLA_PROMPT + i;
+			return 0;
+		}
+	return ds_errf(err, "DS_MLA_FORM=%s: prompt, absorbed or mha", env);
+}
+
 int ds_fwd_init(ds_fwd **out, const ds_model *m, ds_pool *pool,
 		const ds_fwd_opts *opts, ds_err *err)
 {
@@ -426,6 +453,8 @@ int ds_fwd_init(ds_fwd **out, const ds_model *m, ds_pool *pool,
 		goto fail;
 	}
 	f->mtp = opts && opts->mtp;
+	if (mla_form(f, opts, err))
+		goto fail;
 	if (bind_all(f, err) || ds_fwd_rope_init(f->hp, &f->rope, &scale, err))
 		goto fail;
 	f->attn_scale = (float)scale;
@@ -519,7 +548,8 @@ static int batch_prepare(ds_fwd *f, ds_kvcache *kv, const ds_batch *b,
 				       i, p, f->seq_next[s] - 1);
 		}
 		f->seq_next[s] = (uint32_t)p + 1;
-		if (r != NULL && r->seq == (uint32_t)s && r->pos0 + r->n == (uint32_t)p) {
+		if (r != NULL && r->seq == (uint32_t)s && r->pos0 + r->n == (uint32_t)p &&
+		    r->prompt == (b->prompt && b->prompt[i])) {
 			r->n++;
 		} else {
 			r = &f->runs[f->n_runs++];
@@ -527,6 +557,7 @@ static int batch_prepare(ds_fwd *f, ds_kvcache *kv, const ds_batch *b,
 			r->t0 = (uint32_t)i;
 			r->n = 1;
 			r->pos0 = (uint32_t)p;
+			r->prompt = b->prompt && b->prompt[i];
 		}
 		f->tok[i] = t;
 		f->pos[i] = p;

@@ -79,10 +79,25 @@ typedef struct ds_fwd_ep {
 void ds_ep_range(uint32_t n_expert, uint32_t n_part, uint32_t part,
 		 uint32_t *first, uint32_t *end);
 
+/* The form MLA attends in (docs/deepseek.md section 6): prompt entries
+ * (ds_batch.prompt) in the MHA form, keys and values decompressed from
+ * the cache, generated ones (decode, drafts) absorbed over the latent
+ * rows; or every entry in one form.  The forms agree to the weight
+ * type's rounding, not bit for bit, so the form is a property of the
+ * entry, not of how the entries were batched. */
+enum ds_mla_form {
+	DS_MLA_PROMPT = 1,    /* DS_MLA_FORM=prompt */
+	DS_MLA_ABSORBED,      /* DS_MLA_FORM=absorbed */
+	DS_MLA_MHA,           /* DS_MLA_FORM=mha */
+};
+
 typedef struct ds_fwd_opts {
 	uint32_t max_batch;   /* most entries per ds_fwd_decode; 0: 256 */
 	const ds_fwd_ep *ep;  /* NULL: every expert in this process;
 				 else kept, it must outlive the forward */
+	int mla_form;         /* MLA's form (enum ds_mla_form); 0: from
+				 DS_MLA_FORM in the environment, else
+				 DS_MLA_PROMPT */
 	int mtp;              /* the model's multi-token-prediction module
 				 (docs/deepseek.md section 10; the model
 				 loaded with DS_LOAD_MTP) instead of its
@@ -114,6 +129,9 @@ struct ds_batch {
 	const int32_t *pos;
 	const int32_t *seq;
 	const uint8_t *logits;
+	/* prompt[i] nonzero: entry i is read from a prompt, not generated
+	 * (ds_fwd_opts.mla_form); NULL: none is */
+	const uint8_t *prompt;
 };
 
 int ds_fwd_decode(ds_fwd *f, ds_kvcache *kv, const ds_batch *b,

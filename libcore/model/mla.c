@@ -52,7 +52,7 @@ static int wv_in_place(const ds_hparams *hp)
 typedef struct mla_side {
 	const ds_fwd *f;
 	const ds_layer *L;
-	size_t T;
+	size_t t0, T;              /* rows t0 .. t0+T-1 */
 	int rows;                  /* the rows finish here (one run) */
 	ds_kv kc;                  /* that run's cache */
 	size_t pos0;
@@ -85,7 +85,7 @@ static void mla_side_fn(void *arg, int ith, int nth)
 	ds_split(j->T * (nh + (j->rows != 0)), ith, nth, &b, &e);
 	for (r = b; r < e; r++) {
 		size_t h = r / j->T, t = r % j->T;
-		float *pe = f->q + t * nh * qhd + h * qhd + dn;
+		float *pe = f->q + (j->t0 + t) * nh * qhd + h * qhd + dn;
 
 		if (j->rows && t != row && tab == cs)
 			ds_rope_table(&f->rope, (double)(j->pos0 + t), cs);
@@ -96,7 +96,7 @@ static void mla_side_fn(void *arg, int ith, int nth)
 		}
 		if (j->rows)
 			f->kern->rope(pe, 1, dr, f->rope.dim, tab, f->rope.style);
-		memcpy(f->qc + t * nh * lat + h * lat + rkv, pe, dr * sizeof(float));
+		memcpy(f->qc + (j->t0 + t) * nh * lat + h * lat + rkv, pe, dr * sizeof(float));
 	}
 }
 
@@ -123,33 +123,154 @@ static void mla_rows_apart(ds_fwd *f, ds_kvcache *kv, uint32_t layer, size_t T,
 	}
 }
 
-void ds_mla_attend(ds_fwd *f, ds_kvcache *kv, const ds_layer *L,
-		   uint32_t layer, size_t T)
+/* Absorbed attention of the runs r0 .. r1-1 (rows t0 .. t0+T-1); rows:
+ * one run, whose rows finish in the query side's job, else their last
+ * steps are done (mla_rows_apart). */
+static void mla_absorbed(ds_fwd *f, ds_kvcache *kv, const ds_layer *L,
+			 uint32_t layer, size_t r0, size_t r1, int rows)
 {
 	const ds_hparams *hp = f->hp;
 	size_t nh = hp->n_head, dn = hp->qk_nope_head_dim, dr = hp->qk_rope_head_dim;
 	size_t rkv = hp->kv_lora_rank, dv = hp->v_head_dim, lat = rkv + dr, i;
-	mla_side side = { .f = f, .L = L, .T = T, .rows = f->n_runs == 1 };
-	ds_heads qs = { .w = L->uk, .nh = nh, .x = f->q, .ldx = nh * (dn + dr),
-			.hsx = dn + dr, .y = f->qc, .ldy = nh * lat, .hsy = lat,
-			.side = mla_side_fn, .side_arg = &side };
-	ds_heads vs = { .w = L->uv, .nh = nh, .x = f->oc, .ldx = nh * rkv, .hsx = rkv,
-			.y = f->o, .ldy = nh * dv, .hsy = dv };
+	size_t t0 = f->runs[r0].t0, T = f->runs[r1 - 1].t0 + f->runs[r1 - 1].n - t0;
+	mla_side side = { .f = f, .L = L, .t0 = t0, .T = T, .rows = rows };
+	ds_heads qs = { .w = L->uk, .nh = nh, .x = f->q + t0 * nh * (dn + dr),
+			.ldx = nh * (dn + dr), .hsx = dn + dr, .y = f->qc + t0 * nh * lat,
+			.ldy = nh * lat, .hsy = lat, .side = mla_side_fn, .side_arg = &side };
+	ds_heads vs = { .w = L->uv, .nh = nh, .x = f->oc + t0 * nh * rkv, .ldx = nh * rkv,
+			.hsx = rkv, .y = f->o + t0 * nh * dv, .ldy = nh * dv, .hsy = dv };
 	ds_kv vc;
 
-	if (side.rows) {   /* one run: its rows finish in the query side's job */
-		ds_kvcache_layer(kv, f->runs[0].seq, layer, &side.kc, &vc);
-		side.pos0 = f->runs[0].pos0;
-	} else {
-		mla_rows_apart(f, kv, layer, T, L);
+	if (rows) {
+		ds_kvcache_layer(kv, f->runs[r0].seq, layer, &side.kc, &vc);
+		side.pos0 = f->runs[r0].pos0;
 	}
 	ds_matmul_heads(&f->ctx, &qs, T);
-	for (i = 0; i < f->n_runs; i++) {
+	for (i = r0; i < r1; i++) {
 		ds_attn a = ds_run_attn(f, kv, layer, &f->runs[i], 1, f->qc, lat, f->oc, rkv);
 
 		ds_attention(&f->ctx, &a, f->runs[i].n);
 	}
 	ds_matmul_heads(&f->ctx, &vs, T);
+}
+
+/* ---- the MHA form ------------------------------------------------------------------- */
+
+/* A block of a run's keys, k0 .. k0+n-1, decompressed from its cache. */
+typedef struct mla_keys {
+	const ds_fwd *f;
+	ds_kv kc;
+	size_t k0, n;
+} mla_keys;
+
+/* The cache rows [c_n | k_pe] as floats into f->mla_lat. */
+static void keys_read_fn(void *arg, int ith, int nth)
+{
+	const mla_keys *j = arg;
+	size_t lat = j->kc.dim, b, e, p;
+
+	ds_split(j->n, ith, nth, &b, &e);
+	for (p = b; p < e; p++)
+		j->f->kern->kv_load(j->kc.type, j->kc.data + (j->k0 + p) * j->kc.ld, lat,
+				    j->f->mla_lat + p * lat);
+}
+
+/* Each head's key rows [k_nope | k_pe] (the rope part shared by the
+ * heads) into f->mla_kr, from f->mla_kv's [k_nope | v] and the cache's
+ * k_pe. */
+static void keys_build_fn(void *arg, int ith, int nth)
+{
+	const mla_keys *j = arg;
+	const ds_hparams *hp = j->f->hp;
+	size_t nh = hp->n_head, dn = hp->qk_nope_head_dim, dr = hp->qk_rope_head_dim;
+	size_t dv = hp->v_head_dim, rkv = hp->kv_lora_rank, b, e, u;
+
+	ds_split(j->n * nh, ith, nth, &b, &e);
+	for (u = b; u < e; u++) {
+		size_t p = u / nh, h = u % nh;
+		float *k = j->f->mla_kr + u * (dn + dr);
+
+		memcpy(k, j->f->mla_kv + p * nh * (dn + dv) + h * (dn + dv), dn * sizeof *k);
+		memcpy(k + dn, j->f->mla_lat + p * (rkv + dr) + rkv, dr * sizeof *k);
+	}
+}
+
+/* Run r in the MHA form: its keys DS_MLA_KEYS at a time decompressed
+ * from the cache through attn_kv_b (k_nope and v of every head), and
+ * the run's tokens attending each block with their softmax carried from
+ * block to block (ds_attn ml):
+ *   s[t][h](p) = scale ([q_nope | q_pe][t][h] . [k_nope[h](p) | k_pe(p)])
+ *   o[t][h]    = sum_p softmax_p(s) v[h](p)
+ * the reference pass's equations.  Per key it costs a product of the
+ * latent row by attn_kv_b (at the matrix kernels' rate) and
+ * (dn + dr + dv) per head and token, against the absorbed form's
+ * (2 rkv + dr) per head and token: the cheaper for a run of several
+ * tokens. */
+static void mla_mha(ds_fwd *f, ds_kvcache *kv, const ds_layer *L, uint32_t layer,
+		    const ds_run *r)
+{
+	const ds_hparams *hp = f->hp;
+	size_t nh = hp->n_head, dn = hp->qk_nope_head_dim, dr = hp->qk_rope_head_dim;
+	size_t dv = hp->v_head_dim, qhd = dn + dr, P = r->pos0 + r->n;
+	mla_keys j = { .f = f };
+	ds_attn a = {
+		.n_head = nh, .n_kv_head = nh,
+		.q = f->q + r->t0 * nh * qhd, .q_ld = nh * qhd, .q_hs = qhd,
+		.k = { DS_KV_F32, (uint8_t *)f->mla_kr, nh * qhd * sizeof(float),
+		       qhd * sizeof(float), qhd },
+		.v = { DS_KV_F32, (uint8_t *)(f->mla_kv + dn), nh * (dn + dv) * sizeof(float),
+		       (dn + dv) * sizeof(float), dv },
+		.o = f->o + r->t0 * nh * dv, .o_ld = nh * dv, .o_hs = dv,
+		.scale = f->attn_scale, .pos0 = r->pos0, .ml = f->mla_ml,
+	};
+	ds_in in = { .x = f->mla_lat, .ld = hp->kv_lora_rank + dr };
+	ds_mm_out out = { .w = &L->wkv_b, .y = f->mla_kv };
+	ds_kv vc;
+
+	ds_kvcache_layer(kv, r->seq, layer, &j.kc, &vc);
+	for (j.k0 = 0; j.k0 < P; j.k0 += DS_MLA_KEYS) {
+		j.n = P - j.k0 < DS_MLA_KEYS ? P - j.k0 : DS_MLA_KEYS;
+		ds_pool_run(f->pool, keys_read_fn, &j);
+		in.t = j.n;
+		ds_matmul_many(&f->ctx, &in, &out, 1);
+		ds_pool_run(f->pool, keys_build_fn, &j);
+		a.k0 = j.k0;
+		a.nk = j.n;
+		a.last = j.k0 + j.n == P;
+		ds_attention(&f->ctx, &a, r->n);
+	}
+}
+
+/* Run i in the MHA form: a prompt's tokens (forward.h ds_mla_form). */
+static int mla_long(const ds_fwd *f, size_t i)
+{
+	return f->mla_form == DS_MLA_MHA ||
+	       (f->mla_form == DS_MLA_PROMPT && f->runs[i].prompt);
+}
+
+void ds_mla_attend(ds_fwd *f, ds_kvcache *kv, const ds_layer *L,
+		   uint32_t layer, size_t T)
+{
+	size_t i, e, n_long = 0;
+
+	for (i = 0; i < f->n_runs; i++)
+		n_long += (size_t)mla_long(f, i);
+	if (n_long == 0 && f->n_runs == 1) {   /* its rows finish in the query side */
+		mla_absorbed(f, kv, L, layer, 0, 1, 1);
+		return;
+	}
+	mla_rows_apart(f, kv, layer, T, L);
+	/* consecutive runs of one form together */
+	for (i = 0; i < f->n_runs; i = e) {
+		for (e = i + 1; e < f->n_runs && mla_long(f, e) == mla_long(f, i); e++)
+			;
+		if (!mla_long(f, i)) {
+			mla_absorbed(f, kv, L, layer, i, e, 0);
+			continue;
+		}
+		for (; i < e; i++)
+			mla_mha(f, kv, L, layer, &f->runs[i]);
+	}
 }
 
 /* ---- deriving W_UK^T (and W_UV) ------------------------------------------------------------ */

@@ -199,6 +199,7 @@ struct attn_job {
 	ds_ctx *c;
 	const ds_attn *a;
 	size_t t, g, sub, per;      /* g heads per KV head, in `sub` parts of `per` */
+	size_t ntb;                 /* MHA: blocks of DS_ATTN_TOKENS tokens, else 0 */
 	const ds_attn_rows *in;     /* ds_attention_rows: the rows' last steps */
 };
 
@@ -210,7 +211,7 @@ static void attn_unit(const struct attn_job *j, size_t u, float *scratch)
 	size_t part = u % j->sub, kvh = u / j->sub % a->n_kv_head, t = u / j->sub / a->n_kv_head;
 	size_t h0 = kvh * j->g + part * j->per;
 	size_t nq = part * j->per + j->per <= j->g ? j->per : j->g - part * j->per;
-	ds_attn_job w;
+	ds_attn_job w = { .diag = 0, .ml = NULL };
 
 	w.q = a->q + t * a->q_ld + h0 * a->q_hs;
 	w.q_ld = a->q_hs;
@@ -222,6 +223,46 @@ static void attn_unit(const struct attn_job *j, size_t u, float *scratch)
 	w.o = a->o + t * a->o_ld + h0 * a->o_hs;
 	w.o_ld = a->o_hs;
 	j->c->kern->attn(&w, scratch);
+}
+
+/* MHA unit u = (head, block of DS_ATTN_TOKENS tokens): the block's
+ * tokens as the kernel's causal rows against the head's keys, so each key
+ * row read serves them all.  Over a block of keys (ds_attn k0, nk) the
+ * tokens before it are left out (they see none of it), and the last
+ * block divides every token's outputs by its sum. */
+static void attn_tokens(const struct attn_job *j, size_t u, float *scratch)
+{
+	const ds_attn *a = j->a;
+	size_t h = u / j->ntb, t0 = u % j->ntb * DS_ATTN_TOKENS, t;
+	size_t t1 = t0 + DS_ATTN_TOKENS < j->t ? t0 + DS_ATTN_TOKENS : j->t;
+	size_t end = a->nk ? a->k0 + a->nk : SIZE_MAX, ta = t0;
+	size_t seen = a->pos0 + t1 < end ? a->pos0 + t1 : end;
+	ds_attn_job w = {
+		.k = { a->k.type, a->k.data + h * a->k.head_stride, a->k.ld, a->k.dim },
+		.v = { a->v.type, a->v.data + h * a->v.head_stride, a->v.ld, a->v.dim },
+		.scale = a->scale, .q_ld = a->q_ld, .o_ld = a->o_ld,
+		.ml_ld = a->n_head * 2, .first = a->k0 == 0,
+	};
+
+	if (a->pos0 + ta < a->k0)
+		ta = a->k0 - a->pos0;
+	if (ta < t1) {
+		w.q = a->q + ta * a->q_ld + h * a->q_hs;
+		w.o = a->o + ta * a->o_ld + h * a->o_hs;
+		w.g = t1 - ta;
+		w.n = seen - a->k0;
+		w.diag = a->pos0 + ta + 1 - a->k0;
+		w.ml = a->ml ? a->ml + (ta * a->n_head + h) * 2 : NULL;
+		j->c->kern->attn(&w, scratch);
+	}
+	for (t = t0; a->ml && a->last && t < t1; t++) {
+		float *o = a->o + t * a->o_ld + h * a->o_hs;
+		float c = 1.0f / a->ml[(t * a->n_head + h) * 2 + 1];
+		size_t i;
+
+		for (i = 0; i < a->v.dim; i++)
+			o[i] *= c;
+	}
 }
 
 /* One row unit of token t: query head h < nh roped, or key head h - nh
@@ -293,7 +334,7 @@ static void attn_own(const struct attn_job *j, int ith, int nth)
 static void attn_fn(void *arg, int ith, int nth)
 {
 	struct attn_job *j = arg;
-	size_t units = j->t * j->a->n_kv_head * j->sub, u;
+	size_t units = j->ntb ? j->ntb * j->a->n_head : j->t * j->a->n_kv_head * j->sub, u;
 	float *scratch = ops_thr(j->c, ith);
 
 	if (j->in && j->t == 1 && j->sub == 1) {
@@ -304,8 +345,12 @@ static void attn_fn(void *arg, int ith, int nth)
 		attn_rows(j, ith, nth);
 		ds_pool_barrier(j->c->pool);
 	}
-	for (u = (size_t)ith; u < units; u += (size_t)nth)
-		attn_unit(j, u, scratch);
+	for (u = (size_t)ith; u < units; u += (size_t)nth) {
+		if (j->ntb)
+			attn_tokens(j, u, scratch);
+		else
+			attn_unit(j, u, scratch);
+	}
 }
 
 static void attention(ds_ctx *c, const ds_attn *a, const ds_attn_rows *in, size_t t)
@@ -317,6 +362,13 @@ static void attention(ds_ctx *c, const ds_attn *a, const ds_attn_rows *in, size_
 	DS_ASSERT(a->k.dim <= c->cfg.max_head && a->v.dim <= c->cfg.max_head);
 	j.g = a->n_head / a->n_kv_head;
 	DS_ASSERT(j.g <= c->cfg.max_group);
+	DS_ASSERT(a->ml == NULL || (j.g == 1 && a->k0 % DS_ATTN_CHUNK == 0));
+	/* MHA over several tokens: blocks of tokens per unit (attn_tokens) */
+	if (j.g == 1 && (t > 1 || a->ml != NULL) && c->cfg.max_group >= DS_ATTN_TOKENS) {
+		j.ntb = (t + DS_ATTN_TOKENS - 1) / DS_ATTN_TOKENS;
+		ops_run(c, attn_fn, &j);
+		return;
+	}
 	/* too few units for the threads (decode with few KV heads, MLA):
 	 * split a KV head's query heads; each part reads the rows again */
 	if (base < 2 * nth)

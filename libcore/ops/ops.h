@@ -312,6 +312,16 @@ typedef struct ds_attn {
 	size_t o_ld, o_hs;
 	float scale;
 	size_t pos0;
+	/* One block of keys (MLA's MHA form, mla.c), or all (nk 0, k0 0):
+	 * the positions k0 .. k0+nk-1 only, k.data and v.data then holding
+	 * position k0's rows.  Over consecutive blocks (k0 a multiple of
+	 * DS_ATTN_CHUNK) every (token, head)'s running maximum and sum carry
+	 * in ml + (t * n_head + h) * 2: the block at k0 0 starts them, the
+	 * `last` divides the outputs by the sums.  MHA only (n_kv_head ==
+	 * n_head). */
+	size_t k0, nk;
+	float *ml;
+	int last;
 } ds_attn;
 
 void ds_attention(ds_ctx *c, const ds_attn *a, size_t t);

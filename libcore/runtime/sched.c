@@ -86,7 +86,7 @@ struct ds_sched {
 	int stopped;
 	/* the batch being built */
 	int32_t *btok, *bpos, *bseq;
-	uint8_t *bwant;
+	uint8_t *bwant, *bprompt;
 	bout *bo;
 	size_t n_bo;
 	uint8_t *taken;            /* [n_slot] had a prompt chunk this step */
@@ -163,6 +163,7 @@ int ds_sched_init(ds_sched **out, ds_fwd *f, ds_kvcache *kv,
 	s->bpos = ds_calloc(s->n_batch, sizeof *s->bpos, err);
 	s->bseq = ds_calloc(s->n_batch, sizeof *s->bseq, err);
 	s->bwant = ds_calloc(s->n_batch, 1, err);
+	s->bprompt = ds_calloc(s->n_batch, 1, err);
 	s->bo = ds_calloc(s->n_batch, sizeof *s->bo, err);
 	s->taken = ds_calloc(kv->n_slot, 1, err);
 	s->sqs = ds_calloc(kv->n_slot, sizeof *s->sqs, err);
@@ -172,7 +173,7 @@ int ds_sched_init(ds_sched **out, ds_fwd *f, ds_kvcache *kv,
 		s->slot_t = ds_calloc(kv->n_slot, sizeof *s->slot_t, err);
 		s->dirty = ds_calloc(kv->n_slot, 1, err);
 	}
-	if (!s->slots || !s->btok || !s->bpos || !s->bseq || !s->bwant || !s->bo ||
+	if (!s->slots || !s->btok || !s->bpos || !s->bseq || !s->bwant || !s->bprompt || !s->bo ||
 	    !s->taken || !s->sqs || (s->pc && (!s->stok || !s->slot_t || !s->dirty))) {
 		free(s->sqs);
 		free(s->stok);
@@ -184,6 +185,7 @@ int ds_sched_init(ds_sched **out, ds_fwd *f, ds_kvcache *kv,
 		free(s->bpos);
 		free(s->bseq);
 		free(s->bwant);
+		free(s->bprompt);
 		free(s->bo);
 		free(s);
 		return -1;
@@ -268,6 +270,7 @@ void ds_sched_free(ds_sched *s)
 	free(s->bpos);
 	free(s->bseq);
 	free(s->bwant);
+	free(s->bprompt);
 	free(s->bo);
 	free(s->taken);
 	free(s->sqs);
@@ -657,13 +660,15 @@ static void end_cancelled(ds_sched *s, sreq *gone)
 	}
 }
 
+/* prompt: the token is the prompt's (ds_batch.prompt), not generated. */
 static void add_entry(ds_sched *s, size_t *n, sreq *r, int32_t tok,
-		      size_t pos, int want, int sample)
+		      size_t pos, int want, int sample, int prompt)
 {
 	s->btok[*n] = tok;
 	s->bpos[*n] = (int32_t)pos;
 	s->bseq[*n] = r->slot;
 	s->bwant[*n] = (uint8_t)want;
+	s->bprompt[*n] = (uint8_t)prompt;
 	if (s->pc) {
 		stok(s, (uint32_t)r->slot)[pos] = tok;
 		s->dirty[r->slot] = 1;
@@ -682,10 +687,10 @@ static void add_decode(ds_sched *s, size_t *n, sreq *r)
 	r->fed = 1;
 	r->fed0 = r->n_past;
 	r->row0 = (uint32_t)*n;
-	add_entry(s, n, r, r->next, r->n_past, 1, 1);
+	add_entry(s, n, r, r->next, r->n_past, 1, 1, 0);
 	s->bo[s->n_bo - 1].n_ver = 1 + r->sq.n_draft;
 	for (d = 0; d < r->sq.n_draft; d++)
-		add_entry(s, n, r, r->sq.draft[d], r->n_past + 1 + d, 1, 0);
+		add_entry(s, n, r, r->sq.draft[d], r->n_past + 1 + d, 1, 0, 0);
 	r->has_next = 0;
 }
 
@@ -734,7 +739,7 @@ static size_t build(ds_sched *s, uint8_t *taken)
 			int last = p + 1 == r->n_prompt;
 
 			add_entry(s, &n, r, r->prompt[p], p, r->all_logits || last,
-				  last);
+				  last, 1);
 		}
 		r->n_fed += m;
 		r->n_past = r->n_fed;
@@ -953,6 +958,7 @@ int ds_sched_step(ds_sched *s, ds_err *err)
 	b.pos = s->bpos;
 	b.seq = s->bseq;
 	b.logits = s->bwant;
+	b.prompt = s->bprompt;
 	if (ds_fwd_decode(s->f, s->kv, &b, err)) {
 		for (i = 0; i < s->kv->n_slot; i++)
 			if (s->slots[i] != NULL)

@@ -236,11 +236,12 @@ assert len(rows) == 1, rows          # rank 0 alone reports
 r = rows[0]
 assert r["ranks"] == 2
 # a decoded token: 2 MoE layers x 2 experts x 64 floats from the rank
-# that holds each, and rank 0 sends the batch (4 + 4 int32s)
-assert r["tg_comm_bytes"] == 2 * 2 * 64 * 4 + 32, r
+# that holds each, and rank 0 sends the batch (4 + 5 int32s: the header,
+# token, position, slot and prompt flag, the length of the slot)
+assert r["tg_comm_bytes"] == 2 * 2 * 64 * 4 + 36, r
 # a prompt of 16 in one pass: the same rows per token, and one batch of
-# 4 + 3 x 16 + 1 int32s
-assert r["pp_comm_bytes"] == 2 * 2 * 64 * 4 + (4 + 49) * 4 / 16, r
+# 4 + 4 x 16 + 1 int32s
+assert r["pp_comm_bytes"] == 2 * 2 * 64 * 4 + (4 + 65) * 4 / 16, r
 assert 0 < r["tg_comm_share"] < 1 and r["tg_comm_ms"] > 0, r
 assert r["tg_wait_max_ms"] >= 0 and r["pp_comm_ms"] > 0, r
 '

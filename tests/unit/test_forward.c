@@ -35,11 +35,11 @@ typedef struct fwd_tm {
 
 /* Reopen the model written last (same weights) with these settings, as
  * one part of an expert-parallel group when ep is not NULL. */
-static int tm_reopen_ep(tm *t, int threads, uint32_t slots, uint32_t ctx,
-			enum ds_kvtype kt, const ds_fwd_ep *ep)
+static int tm_reopen_mha(tm *t, int threads, uint32_t slots, uint32_t ctx,
+			 enum ds_kvtype kt, const ds_fwd_ep *ep, int form)
 {
 	ds_pool_opts po = { threads, NULL, 0 };
-	ds_fwd_opts fo = { .max_batch = 64, .ep = ep };
+	ds_fwd_opts fo = { .max_batch = 64, .ep = ep, .mla_form = form };
 	ds_err err;
 
 	memset(t, 0, sizeof *t);
@@ -51,6 +51,12 @@ static int tm_reopen_ep(tm *t, int threads, uint32_t slots, uint32_t ctx,
 		return -1;
 	}
 	return 0;
+}
+
+static int tm_reopen_ep(tm *t, int threads, uint32_t slots, uint32_t ctx,
+			enum ds_kvtype kt, const ds_fwd_ep *ep)
+{
+	return tm_reopen_mha(t, threads, slots, ctx, kt, ep, 0);
 }
 
 static int tm_reopen(tm *t, int threads, uint32_t slots, uint32_t ctx,
@@ -90,7 +96,7 @@ static int feed(tm *t, uint32_t slot, const int32_t *ids, size_t n,
 
 	for (p0 = 0; p0 < n; p0 += chunk) {
 		size_t m = n - p0 < chunk ? n - p0 : chunk;
-		ds_batch b = { m, ids + p0, pos, seq, want };
+		ds_batch b = { m, ids + p0, pos, seq, want, NULL };
 
 		for (i = 0; i < m; i++) {
 			pos[i] = (int32_t)(p0 + i);
@@ -255,15 +261,21 @@ static void test_batch_vs_decode(void)
 {
 	size_t ci, ti, n = 40;
 	int32_t ids[40];
+	int form;
 
+	/* MLA: each form (all absorbed; all in the MHA form, decode too) */
 	for (ci = 0; ci < 4; ci++) {
-		for (ti = 0; ti < 4; ti++) {
+		for (ti = 0; ti < 8; ti++) {
 			tm t;
 			size_t V;
 			float *a, *b, *c;
 			double d1, d2;
 
-			if (tm_open(&t, cfgs[ci], types[ti], 2, 1, 128, DS_KV_F16)) {
+			form = ti >= 4;
+			if (form && strstr(cfg_names[ci], "ds") == NULL)
+				continue;
+			if (tm_write(dir, cfgs[ci], types[ti % 4], &seed) ||
+			    tm_reopen_mha(&t, 2, 1, 128, DS_KV_F16, NULL, form ? DS_MLA_MHA : DS_MLA_ABSORBED)) {
 				T_CHECK(0);
 				continue;
 			}
@@ -279,8 +291,9 @@ static void test_batch_vs_decode(void)
 			T_CHECK(feed(&t, 0, ids, n, 7, c) == 0);
 			d1 = max_diff(a, b, n * V);
 			d2 = max_diff(a, c, n * V);
-			T_CHECKF(d1 <= 1e-5 && d2 <= 1e-5, "%s %s: batch vs decode %g, "
-				 "vs chunks %g", cfg_names[ci], types[ti], d1, d2);
+			T_CHECKF(d1 <= 1e-5 && d2 <= 1e-5, "%s %s%s: batch vs decode %g, "
+				 "vs chunks %g", cfg_names[ci], types[ti % 4],
+				 form ? " MHA" : "", d1, d2);
 			free(a);
 			free(b);
 			free(c);
@@ -300,7 +313,7 @@ static void test_interleaved(void)
 		tm t;
 		size_t V;
 		float *a, *b;
-		ds_batch bt = { 2 * n, tok, pos, seq, want };
+		ds_batch bt = { 2 * n, tok, pos, seq, want, NULL };
 		ds_err err;
 
 		if (tm_open(&t, cfgs[ci], "q8g32", 2, 2, 64, DS_KV_F16)) {
@@ -506,7 +519,7 @@ static void test_batch_rules(void)
 {
 	tm t;
 	int32_t tok[4] = { 5, 6, 7, 8 }, pos[4], seq[4] = { 0, 0, 0, 0 };
-	ds_batch b = { 4, tok, pos, seq, NULL };
+	ds_batch b = { 4, tok, pos, seq, NULL, NULL };
 	ds_err err;
 	int i;
 

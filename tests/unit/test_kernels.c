@@ -1016,6 +1016,103 @@ static void check_attn(enum ds_kvtype t, size_t g, size_t n, size_t kd,
 	free(scratch); free(ref);
 }
 
+/* One row's output o against attn_ref over its first n keys (the
+ * tolerance of check_attn); 1 if within. */
+static int attn_row_ok(const ds_attn_job *a, const float *q, size_t n,
+		       const float *kf, const float *vf, const float *o)
+{
+	ds_attn_job r = *a;
+	double *ref = malloc(a->v.dim * sizeof(double)), qk = 0, vmax = 0;
+	size_t i, j, kd = a->k.dim, vd = a->v.dim;
+	int ok = 1;
+
+	r.q = q;
+	r.n = n;
+	for (j = 0; j < n; j++) {
+		double s = 0;
+
+		for (i = 0; i < kd; i++)
+			s += fabs(q[i] * kf[j * kd + i]);
+		qk = fmax(qk, s * a->scale);
+		for (i = 0; i < vd; i++)
+			vmax = fmax(vmax, fabs(vf[j * vd + i]));
+	}
+	attn_ref(&r, kf, vf, 0, ref);
+	for (i = 0; i < vd; i++)
+		ok &= fabs(o[i] - ref[i]) <= vmax * (2 * (ERR_F(kd) * U * qk + ERR_ELEM) +
+						     ERR_F(n) * U * 2);
+	free(ref);
+	return ok;
+}
+
+/* Causal rows (ds_attn_job.diag): g consecutive positions of one head,
+ * row h seeing diag + h keys of n, over blocks of blk keys whose running
+ * maximum and sum carry (ml), divided at the end as the ops do.  Every
+ * table against the reference; the SIMD ones bit for bit against each
+ * row alone with its own n in one call. */
+static void check_attn_rows(enum ds_kvtype t, size_t g, size_t n, size_t diag,
+			    size_t kd, size_t vd, size_t blk)
+{
+	size_t krow = ds_kv_row_bytes(t, kd), ld = krow + ds_kv_row_bytes(t, vd), i, j, h, k0;
+	uint8_t *cache = malloc(n * ld + 64);
+	float *q = rnd(g * kd, 1), *kf = malloc(n * kd * 4), *vf = malloc(n * vd * 4);
+	float *o = malloc(g * vd * 4), *o1 = malloc(vd * 4), *ml = malloc(g * 2 * 4);
+	float *scratch = ds_aligned_alloc(64, DS_ATTN_SCRATCH(g, kd, vd) * 4, NULL);
+	ds_attn_job a = { .q = q, .q_ld = kd, .g = g, .scale = 0.3f, .o = o,
+			  .o_ld = vd, .diag = diag, .ml = ml, .ml_ld = 2 };
+	int bad = 0, e;
+
+	for (j = 0; j < n; j++) {
+		float *kr = rnd(kd, 2), *vr = rnd(vd, 1);
+
+		isa_tab[0]->kv_store(t, kr, kd, cache + j * ld);
+		isa_tab[0]->kv_store(t, vr, vd, cache + j * ld + krow);
+		for (i = 0; i < kd; i++)
+			kf[j * kd + i] = kv_decode(t, cache + j * ld, i);
+		for (i = 0; i < vd; i++)
+			vf[j * vd + i] = kv_decode(t, cache + j * ld + krow, i);
+		free(kr);
+		free(vr);
+	}
+	for (e = 0; e < n_isa; e++) {
+		for (k0 = 0; k0 < n; k0 += blk) {
+			a.k = (ds_kview){ t, cache + k0 * ld, ld, kd };
+			a.v = (ds_kview){ t, cache + k0 * ld + krow, ld, vd };
+			a.n = n - k0 < blk ? n - k0 : blk;
+			a.first = k0 == 0;
+			/* rows that see none of the block are left out */
+			for (h = 0; h < g && diag + h <= k0; h++)
+				;
+			a.q = q + h * kd;
+			a.o = o + h * vd;
+			a.ml = ml + 2 * h;
+			a.g = g - h;
+			a.diag = diag + h - k0;
+			isa_tab[e]->attn(&a, scratch);
+		}
+		for (h = 0; h < g; h++) {
+			size_t lim = diag + h < n ? diag + h : n;
+			ds_attn_job one = { .q = q + h * kd, .g = 1, .scale = a.scale, .o = o1,
+					    .k = { t, cache, ld, kd }, .v = { t, cache + krow, ld, vd },
+					    .n = lim };
+
+			for (i = 0; i < vd; i++)
+				o[h * vd + i] *= 1.0f / ml[2 * h + 1];
+			bad += !attn_row_ok(&one, q + h * kd, lim, kf, vf, o + h * vd);
+			if (e == 0)
+				continue;
+			isa_tab[e]->attn(&one, scratch);
+			bad += memcmp(o1, o + h * vd, vd * 4) != 0;
+		}
+		if (bad)
+			printf("#   %s t=%d g=%zu n=%zu diag=%zu blk=%zu: %d rows differ\n",
+			       isa_tab[e]->name, t, g, n, diag, blk, bad);
+	}
+	T_CHECK(bad == 0);
+	free(cache); free(q); free(kf); free(vf); free(o); free(o1); free(ml);
+	free(scratch);
+}
+
 static void test_attention(void)
 {
 	static const size_t ns[] = { 1, 5, 64, 65, 200 };
@@ -1034,6 +1131,12 @@ static void test_attention(void)
 	for (t = DS_KV_F32; t <= DS_KV_BF16; t++) {
 		check_attn((enum ds_kvtype)t, 3, 65, 40, 48, 0);
 		check_attn((enum ds_kvtype)t, 2, 33, 36, 64, 0);
+	}
+	/* causal rows (MHA blocks of tokens), over blocks of keys */
+	for (t = DS_KV_F32; t <= DS_KV_Q8; t++) {
+		check_attn_rows((enum ds_kvtype)t, 16, 100, 85, 192, 128, 32);
+		check_attn_rows((enum ds_kvtype)t, 5, 70, 1, 64, 64, 64);
+		check_attn_rows((enum ds_kvtype)t, 3, 200, 150, 64, 32, 1000);
 	}
 	/* MLA absorbed decode: one 576-wide key, V its first 512 values */
 	for (t = DS_KV_F16; t <= DS_KV_Q8; t++) {

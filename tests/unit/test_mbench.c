@@ -109,7 +109,7 @@ static void run_synth(const char *shape, ds_ttype t)
 	ds_err err;
 	uint64_t bytes = 0, want = 0;
 	int32_t tok[8] = { 1, 5, 9, 200, 3, 77, 511, 0 }, pos[8], seq[8] = { 0 };
-	ds_batch b = { 8, tok, pos, seq, NULL };
+	ds_batch b = { 8, tok, pos, seq, NULL, NULL };
 	uint32_t i;
 
 	T_CHECK(mkdtemp(dir) != NULL);

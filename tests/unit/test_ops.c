@@ -779,8 +779,10 @@ static void check_attention_rows(enum ds_kvtype kt, size_t nh, size_t nkv, size_
 
 			kc[m] = (ds_kv){ kt, cache, 2 * nkv * rb, rb, hd };
 			vc[m] = (ds_kv){ kt, cache + nkv * rb, 2 * nkv * rb, rb, hd };
-			a[m] = (ds_attn){ nh, nkv, m ? q1 : q, nh * hd, hd, kc[m], vc[m],
-					  m ? o1 : o0, nh * hd, hd, 0.125f, pos0 };
+			a[m] = (ds_attn){ .n_head = nh, .n_kv_head = nkv, .q = m ? q1 : q,
+					  .q_ld = nh * hd, .q_hs = hd, .k = kc[m], .v = vc[m],
+					  .o = m ? o1 : o0, .o_ld = nh * hd, .o_hs = hd,
+					  .scale = 0.125f, .pos0 = pos0 };
 		}
 		/* both from the same rows: RoPE rotates q and k in place */
 		memcpy(q, qs, t * nh * hd * 4);

@@ -250,21 +250,29 @@ typedef struct fast {
 	ds_pool *pool;
 	ds_fwd *f;
 	ds_kvcache kv;
+	int prompt0;        /* slot 0's entries are prompt tokens */
 } fast;
 
-static int fast_open(fast *x, const ds_model *m, int threads, uint32_t slots)
+/* form: MLA's ds_fwd_opts.mla_form (0 the default); ctx positions. */
+static int fast_open_mha(fast *x, const ds_model *m, int threads, uint32_t slots,
+			 int form, uint32_t ctx)
 {
 	ds_pool_opts po = { .threads = threads };
-	ds_fwd_opts fo = { .max_batch = 64 };
+	ds_fwd_opts fo = { .max_batch = 64, .mla_form = form };
 	ds_err err = { "" };
 
 	memset(x, 0, sizeof *x);
 	if (ds_pool_init(&x->pool, &po, &err) || ds_fwd_init(&x->f, m, x->pool, &fo, &err) ||
-	    ds_kvcache_init(&x->kv, &m->hp, slots, 64, DS_KV_F32, &err)) {
+	    ds_kvcache_init(&x->kv, &m->hp, slots, ctx, DS_KV_F32, &err)) {
 		printf("# fast_open: %s\n", err.msg);
 		return -1;
 	}
 	return 0;
+}
+
+static int fast_open(fast *x, const ds_model *m, int threads, uint32_t slots)
+{
+	return fast_open_mha(x, m, threads, slots, 0, 64);
 }
 
 static void fast_close(fast *x)
@@ -280,12 +288,14 @@ static void fast_close(fast *x)
 static int fast_batch(fast *x, size_t V, size_t n, const int32_t *tok,
 		      const int32_t *pos, const int32_t *seq, float *const *out)
 {
-	uint8_t want[64];
-	ds_batch b = { n, tok, pos, seq, want };
+	uint8_t want[64], prompt[64];
+	ds_batch b = { n, tok, pos, seq, want, prompt };
 	ds_err err = { "" };
 	size_t i;
 
 	memset(want, 1, sizeof want);
+	for (i = 0; i < n; i++)
+		prompt[i] = x->prompt0 && seq[i] == 0;
 	if (ds_fwd_decode(x->f, &x->kv, &b, &err)) {
 		printf("# fast_batch: %s\n", err.msg);
 		return -1;
@@ -521,26 +531,38 @@ static int redraw(const ds_model *m, refcase *c, size_t ai, size_t ti, int d)
 /* Every path of case (ai, ti) on this process's ISA against the
  * reference; 1 if all are within the budget. */
 static int fast_paths(const char *isa, size_t ai, size_t ti, fast *f1, fast *f2,
-		      const refcase *c, size_t V, int say, worst *w)
+		      fast *f3, const refcase *c, size_t V, int say, worst *w)
 {
 	const ds_budget *b = ds_budget_of(wtypes[ti].type);
-	static const char *const path[4] = { "prefill", "decode", "interleaved A",
-					     "interleaved B" };
+	static const char *const path[7] = { "prefill", "decode", "interleaved A",
+					     "interleaved B", "MHA prefill",
+					     "MHA/absorbed A", "MHA/absorbed B" };
 	float *l[2] = { malloc(NA * V * sizeof(float)), malloc(NB * V * sizeof(float)) };
-	int ok = 1, p;
+	int ok = 1, p, np = f3 ? 7 : 4;
 
-	for (p = 0; p < 4; p++) {
+	for (p = 0; p < np; p++) {
 		char what[96];
+		int fed = 0;
 
 		snprintf(what, sizeof what, "%s %s %s %s", isa, archs[ai].name,
 			 wtypes[ti].name, path[p]);
-		if (p < 3 && !t_ok((p == 0 ? fast_feed(f2, V, 0, c->a, NA, NA, l) :
-				    p == 1 ? fast_feed(f1, V, 0, c->a, NA, 1, l) :
-				    fast_interleaved(f2, V, c->a, c->b, l)) == 0, "%s", what))
+		switch (p) {
+		case 0: fed = fast_feed(f2, V, 0, c->a, NA, NA, l) == 0; break;
+		case 1: fed = fast_feed(f1, V, 0, c->a, NA, 1, l) == 0; break;
+		case 2: fed = fast_interleaved(f2, V, c->a, c->b, l) == 0; break;
+		/* MLA with A as a prompt (the MHA form), B generated
+		 * (absorbed): A in chunks of 7 (the later ones attending
+		 * earlier keys); A and B interleaved (both forms in a batch) */
+		case 4: fed = fast_feed(f3, V, 0, c->a, NA, 7, l) == 0; break;
+		case 5: fed = fast_interleaved(f3, V, c->a, c->b, l) == 0; break;
+		default: fed = 1; break;
+		}
+		if (!t_ok(fed, "%s", what))
 			ok = 0;
 		else
-			ok &= judge(what, p == 3 ? l[1] : l[0], p == 3 ? c->rb : c->ra,
-				    p == 3 ? NB : NA, V, b, archs[ai].moe, say, w);
+			ok &= judge(what, p % 3 == 0 && p ? l[1] : l[0],
+				    p % 3 == 0 && p ? c->rb : c->ra,
+				    p % 3 == 0 && p ? NB : NA, V, b, archs[ai].moe, say, w);
 	}
 	free(l[0]);
 	free(l[1]);
@@ -556,21 +578,26 @@ static void fast_case(const char *isa, size_t ai, size_t ti, worst *w)
 	const char *an = archs[ai].name, *tn = wtypes[ti].name;
 	const ds_budget *b = ds_budget_of(wtypes[ti].type);
 	int draws = archs[ai].moe && b != NULL && b->flips ? BUDGET_DRAWS : 1, d, ok = 0;
-	fast f1 = { 0 }, f2 = { 0 };
+	fast f1 = { 0 }, f2 = { 0 }, f3 = { 0 };
 	refcase c;
 	ds_model m;
+	int mla;
 
 	if (!t_ok(b != NULL && case_read(ai, ti, &m, &c) == 0,
 		  "%s %s: no case", an, tn))
 		return;
-	if (t_ok(fast_open(&f1, &m, 1, 1) == 0 && fast_open(&f2, &m, 2, 2) == 0,
+	mla = m.hp.arch == DS_ARCH_DEEPSEEK2;
+	if (t_ok(fast_open(&f1, &m, 1, 1) == 0 && fast_open(&f2, &m, 2, 2) == 0 &&
+		 (!mla || fast_open_mha(&f3, &m, 2, 2, DS_MLA_PROMPT, 64) == 0),
 		 "%s %s: forward", an, tn)) {
+		f3.prompt0 = 1;
 		for (d = 0; d < draws && !ok; d++) {
 			worst dw = { 0 };
 
 			if (d > 0 && !t_ok(redraw(&m, &c, ai, ti, d) == 0, "%s %s: draw %d", an, tn, d))
 				break;
-			ok = fast_paths(isa, ai, ti, &f1, &f2, &c, m.hp.n_vocab, d == draws - 1, &dw);
+			ok = fast_paths(isa, ai, ti, &f1, &f2, mla ? &f3 : NULL, &c, m.hp.n_vocab,
+					d == draws - 1, &dw);
 			if (ok || d == draws - 1)
 				*w = (worst){ fmax(w->max, dw.max), fmax(w->mean, dw.mean),
 					      w->over + dw.over, w->rows + dw.rows };
@@ -582,6 +609,7 @@ static void fast_case(const char *isa, size_t ai, size_t ti, worst *w)
 	}
 	fast_close(&f1);
 	fast_close(&f2);
+	fast_close(&f3);
 	free(c.ra);
 	ds_model_free(&m);
 }
@@ -628,6 +656,63 @@ static void run_isa(const char *name, enum ds_isa isa)
 		 WEXITSTATUS(st) == 0, "%s: the child failed", name);
 }
 
+/* MLA over a prompt longer than a block of decompressed keys
+ * (DS_MLA_KEYS): the MHA form and the absorbed one, each in chunks of
+ * 64, against the reference (the best kernels). */
+#define NL 300
+
+static int mla_long_draw(const ds_model *m, size_t ai, size_t ti, uint64_t *s, int say)
+{
+	const ds_budget *b = ds_budget_of(wtypes[ti].type);
+	size_t V = m->hp.n_vocab, i;
+	int32_t ids[NL];
+	float *r = malloc(NL * V * sizeof *r), *l = malloc(NL * V * sizeof *l);
+	ds_err err = { "" };
+	int ok, form;
+	worst w = { 0 };
+
+	for (i = 0; i < NL; i++)
+		ids[i] = (int32_t)(t_rand(s) % V);
+	ok = ds_ref_forward(m, ids, NL, r, &err) == 0;
+	for (form = 0; ok && form < 2; form++) {
+		fast f;
+		char what[96];
+
+		snprintf(what, sizeof what, "%s %s %d tokens %s", archs[ai].name,
+			 wtypes[ti].name, NL, form ? "absorbed" : "MHA");
+		ok = fast_open_mha(&f, m, 2, 1, form ? DS_MLA_ABSORBED : DS_MLA_MHA, NL) == 0 &&
+		     fast_feed(&f, V, 0, ids, NL, 64, &l) == 0 &&
+		     judge(what, l, r, NL, V, b, archs[ai].moe, say, &w);
+		fast_close(&f);
+	}
+	free(r);
+	free(l);
+	return ok;
+}
+
+static void test_mla_long(void)
+{
+	static const size_t cases[][2] = { { 2, 0 }, { 2, 6 }, { 4, 0 }, { 4, 9 } };
+	uint64_t s = seed | 1;
+	size_t i;
+
+	for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		size_t ai = cases[i][0], ti = cases[i][1];
+		char mp[128];
+		ds_model m;
+		ds_err err = { "" };
+		int ok = 0, d;
+
+		case_path(mp, sizeof mp, ai, ti, "");
+		if (!t_ok(ds_model_load(&m, mp, 0, &err) == 0, "%s", err.msg))
+			continue;
+		for (d = 0; d < BUDGET_DRAWS && !ok; d++)
+			ok = mla_long_draw(&m, ai, ti, &s, d == BUDGET_DRAWS - 1);
+		T_CHECKF(ok, "%s %s: %d tokens", archs[ai].name, wtypes[ti].name, NL);
+		ds_model_free(&m);
+	}
+}
+
 static void test_fast_scalar(void) { run_isa("scalar", DS_ISA_SCALAR); }
 static void test_fast_avx2(void) { run_isa("avx2", DS_ISA_AVX2); }
 static void test_fast_avx512(void) { run_isa("avx512", DS_ISA_AVX512); }
@@ -653,6 +738,7 @@ int main(int argc, char **argv)
 	T_RUN(test_fast_avx2);
 	T_RUN(test_fast_avx512);
 	T_RUN(test_fast_amx);
+	T_RUN(test_mla_long);
 	ds_remove_tree(dir);
 	return t_done();
 }

@@ -682,8 +682,8 @@ static void test_mtp_pass(void)
 		goto out;
 	}
 	{
-		ds_batch b = { N, tok, pos, seq, NULL };
-		ds_batch c = { N - 1, tok + 1, pos, seq, want };
+		ds_batch b = { N, tok, pos, seq, NULL, NULL };
+		ds_batch c = { N - 1, tok + 1, pos, seq, want, NULL };
 
 		T_CHECK(ds_fwd_decode(f, &kv, &b, &err) == 0);
 		ds_fwd_hidden(f, rows, N - 1, hid);
