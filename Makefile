@@ -28,9 +28,17 @@ LDFLAGS ?=
 # MPI (libcore/dist/: --mpi) is Debian's Open MPI through pkg-config's
 # mpi-c, asked when first used, after deps.sh has installed it.  Only
 # the programs that call it depend on libmpi (--as-needed); they call
-# MPI_Init only under --mpi.
+# MPI_Init only under --mpi.  MPI=0 builds libcore/dist/nompi.c instead,
+# where --mpi is refused: the AArch64 cross build uses it, as Debian's
+# arm64 Open MPI cannot be installed beside the amd64 compilers.
+MPI ?= 1
+ifeq ($(MPI),1)
 MPI_CFLAGS = $(shell pkg-config --cflags mpi-c)
 MPI_LIBS   = $(shell pkg-config --libs mpi-c)
+MPI_OUT    = libcore/dist/nompi.c
+else
+MPI_OUT    = libcore/dist/dist.c libcore/dist/step.c
+endif
 LDLIBS  = -Wl,--push-state,--as-needed $(MPI_LIBS) -Wl,--pop-state \
 	  -ljansson -larchive -lz -lpcre2-8 -licuuc -lnuma -lmicrohttpd -lpthread -lm -fopenmp
 
@@ -67,7 +75,7 @@ KFLAGS_avx512 = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni \
 KFLAGS_avxvnni = -mavx2 -mfma -mf16c -mavxvnni
 KFLAGS_amx    = $(KFLAGS_avx512) -mamx-tile -mamx-int8
 
-LIB_SRC  = $(filter-out $(ISA_SRC_$(NOT_ARCH)) %_$(NOT_ARCH).c, \
+LIB_SRC  = $(filter-out $(ISA_SRC_$(NOT_ARCH)) %_$(NOT_ARCH).c $(MPI_OUT), \
 	   $(wildcard base/*.c kernels/*.c libcore/*/*.c libcore/*/*/*.c))
 LIB_OBJ  = $(LIB_SRC:%.c=$(O)/%.o)
 CMD_SRC  = $(wildcard cmd/ds-*.c)
@@ -176,7 +184,7 @@ $(BIN)/fuzz_%: $(O)/tests/fuzz/fuzz_%.o $(LIB)
 ARM64_CC ?= aarch64-linux-gnu-gcc
 ARM64_AR ?= aarch64-linux-gnu-ar
 ARM64_MAKE = $(MAKE) --no-print-directory CC=$(ARM64_CC) AR=$(ARM64_AR) O=build-arm64 \
-	BIN=bin-arm64
+	BIN=bin-arm64 MPI=0
 arm64:
 	@scripts/deps.sh --arm64
 	+@$(ARM64_MAKE) all unit-tests

