@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "arm.h"
 
 #define Q_SDOT 1
 #define Q_BF16 0      /* no bf16 products here: neon.c's */
@@ -33,36 +34,20 @@ void ds_dotprod_mm_q8(const ds_mat *w, const ds_act *x, float *y, size_t ldy, si
 		q_mm_tiles(w, x, y, ldy, rs0, rs1, 0);
 }
 
-/* PEAK_ACC independent accumulators in named registers hide each sdot's
- * latency (neon.c's loop). */
-#define PEAK_ACC 10
-#define KEEP(v) __asm__ volatile("" : "+w"(v))
-#define STEP(A) A = OP(A); KEEP(A)
-#define PEAK_LOOP(T, init)                                                  \
-	do {                                                                \
-		T a0 = init, a1 = init, a2 = init, a3 = init, a4 = init;     \
-		T a5 = init, a6 = init, a7 = init, a8 = init, a9 = init;     \
-		for (i = 0; i < iters; i++) {                               \
-			STEP(a0); STEP(a1); STEP(a2); STEP(a3); STEP(a4);    \
-			STEP(a5); STEP(a6); STEP(a7); STEP(a8); STEP(a9);    \
-		}                                                           \
-	} while (0)
 
+AI int32x4_t sdot_step(int32x4_t acc, int8x16_t w, int8x16_t x)
+{
+	return vdotq_s32(acc, w, x);
+}
+
+/* The peaks (arm.h): int8 by sdot, 16 products an instruction. */
 uint64_t ds_dotprod_peak_probe(int kind, uint64_t iters)
 {
-	int8x16_t w = vdupq_n_s8(3), x = vdupq_n_s8(5);
-	float32x4_t fw = vdupq_n_f32(1.0f), fx = vdupq_n_f32(1e-9f);
-	uint64_t i;
-
 	if (kind == DS_PEAK_INT8) {
-#define OP(A) vdotq_s32(A, w, x)
-		PEAK_LOOP(int32x4_t, vdupq_n_s32(1));
-#undef OP
+		peak_s32(iters, sdot_step, vdupq_n_s8(3), vdupq_n_s8(5), 0);
 		return iters * PEAK_ACC * 16;
 	}
-#define OP(A) vfmaq_f32(fx, A, fw)
-	PEAK_LOOP(float32x4_t, vdupq_n_f32(1.0f));
-#undef OP
+	peak_f32(iters, fma_f32, vdupq_n_f32(1.0f), vdupq_n_f32(1e-9f));
 	return iters * PEAK_ACC * 4;
 }
 

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "arm.h"
 
 #define Q_SDOT 1
 #define Q_BF16 2
@@ -289,41 +290,32 @@ static void mm_q8(const ds_mat *w, const ds_act *x, float *y, size_t ldy, size_t
 
 /* ---- peaks: smmla (32 products), bfdot (8 pairs' 16) ---------------------- */
 
-#define PEAK_ACC 10
-#define KEEP(v) __asm__ volatile("" : "+w"(v))
-#define STEP(A) A = OP(A); KEEP(A)
-#define PEAK_LOOP(T, init)                                                  \
-	do {                                                                \
-		T a0 = init, a1 = init, a2 = init, a3 = init, a4 = init;     \
-		T a5 = init, a6 = init, a7 = init, a8 = init, a9 = init;     \
-		for (i = 0; i < iters; i++) {                               \
-			STEP(a0); STEP(a1); STEP(a2); STEP(a3); STEP(a4);    \
-			STEP(a5); STEP(a6); STEP(a7); STEP(a8); STEP(a9);    \
-		}                                                           \
-	} while (0)
+AI int32x4_t smmla_step(int32x4_t acc, int8x16_t w, int8x16_t x)
+{
+	return vmmlaq_s32(acc, w, x);
+}
+
+/* w and x carry bf16 pairs in fp32 lanes (arm.h's float step type). */
+AI float32x4_t bfdot_step(float32x4_t acc, float32x4_t w, float32x4_t x)
+{
+	return vbfdotq_f32(acc, vreinterpretq_bf16_f32(w), vreinterpretq_bf16_f32(x));
+}
 
 static uint64_t peak_probe(int kind, uint64_t iters)
 {
-	int8x16_t w = vdupq_n_s8(3), x = vdupq_n_s8(5);
 	uint16x8_t one = vdupq_n_u16(0x3f80);
-	bfloat16x8_t bw;
-	uint64_t i;
-
-	/* bf16 1.0 from a register: GCC 12 would load the constant with an
-	 * FP16 fmov, which needs FEAT_FP16 */
-	KEEP(one);
-	bw = vreinterpretq_bf16_u16(one);
+	float32x4_t bw;
 
 	if (kind == DS_PEAK_INT8) {
-#define OP(A) vmmlaq_s32(A, w, x)
-		PEAK_LOOP(int32x4_t, vdupq_n_s32(1));
-#undef OP
+		peak_s32(iters, smmla_step, vdupq_n_s8(3), vdupq_n_s8(5), 0);
 		return iters * PEAK_ACC * 32;
 	}
 	if (kind == DS_PEAK_BF16) {
-#define OP(A) vbfdotq_f32(A, bw, bw)
-		PEAK_LOOP(float32x4_t, vdupq_n_f32(1.0f));
-#undef OP
+		/* bf16 1.0 from a register: GCC 12 would load the constant
+		 * with an FP16 fmov, which needs FEAT_FP16 */
+		__asm__ volatile("" : "+w"(one));
+		bw = vreinterpretq_f32_u16(one);
+		peak_f32(iters, bfdot_step, bw, bw);
 		return iters * PEAK_ACC * 8;
 	}
 	return ds_dotprod_peak_probe(kind, iters);

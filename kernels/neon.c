@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "arm.h"
 
 #define Q_SDOT 0
 #define Q_BF16 1
@@ -725,38 +726,21 @@ static uint64_t read_probe(const uint8_t *p, size_t n)
 	return vgetq_lane_u64(a, 0) ^ vgetq_lane_u64(a, 1);
 }
 
-/* PEAK_ACC independent accumulators in named registers (an array would
- * be kept in memory) hide each instruction's latency.  int8 as the q4
- * kernel does it here (smull + sadalp: 8 products per two instructions);
- * bf16 is widened to fp32 FMA. */
-#define PEAK_ACC 10
-#define KEEP(v) __asm__ volatile("" : "+w"(v))
-#define STEP(A) KEEP(w); A = OP(A); KEEP(A)
-#define PEAK_LOOP(T, init)                                                  \
-	do {                                                                \
-		T a0 = init, a1 = init, a2 = init, a3 = init, a4 = init;     \
-		T a5 = init, a6 = init, a7 = init, a8 = init, a9 = init;     \
-		for (i = 0; i < iters; i++) {                               \
-			STEP(a0); STEP(a1); STEP(a2); STEP(a3); STEP(a4);    \
-			STEP(a5); STEP(a6); STEP(a7); STEP(a8); STEP(a9);    \
-		}                                                           \
-	} while (0)
+/* The peaks (arm.h): int8 as the q4 kernel does it here (smull + sadalp:
+ * 8 products per two instructions), w touched every round since smull
+ * does not depend on the accumulator; bf16 is widened to fp32 FMA. */
+AI int32x4_t smull_step(int32x4_t acc, int8x16_t w, int8x16_t x)
+{
+	return vpadalq_s16(acc, vmull_s8(vget_low_s8(w), vget_low_s8(x)));
+}
 
 static uint64_t peak_probe(int kind, uint64_t iters)
 {
-	int8x8_t w = vdup_n_s8(3), x = vdup_n_s8(5);
-	float32x4_t fw = vdupq_n_f32(1.0f), fx = vdupq_n_f32(1e-9f);
-	uint64_t i;
-
 	if (kind == DS_PEAK_INT8) {
-#define OP(A) vpadalq_s16(A, vmull_s8(w, x))
-		PEAK_LOOP(int32x4_t, vdupq_n_s32(1));
-#undef OP
+		peak_s32(iters, smull_step, vdupq_n_s8(3), vdupq_n_s8(5), 1);
 		return iters * PEAK_ACC * 8;
 	}
-#define OP(A) vfmaq_f32(fx, A, fw)
-	PEAK_LOOP(float32x4_t, vdupq_n_f32(1.0f));
-#undef OP
+	peak_f32(iters, fma_f32, vdupq_n_f32(1.0f), vdupq_n_f32(1e-9f));
 	return iters * PEAK_ACC * 4;
 }
 
