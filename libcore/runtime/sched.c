@@ -811,7 +811,9 @@ static void sample(ds_sched *s, sreq *r, size_t pos, float *logits)
 /* ---- speculative decoding ----------------------------------------------------------- */
 
 #define SPEC_DECAY 0.8     /* weight of the past in the acceptance rate */
-#define SPEC_RETRY 16      /* steps at K 0 before a draft is tried */
+/* steps at K 0 before a draft is tried: odd, so that the tries of a
+ * sequence looping with a short period do not all land on one phase */
+#define SPEC_RETRY 17
 
 /* The verification of a group: row i's logits (position P + i) test
  * draft i; each kept draft is the sequence's next token, and the first

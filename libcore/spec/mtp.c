@@ -12,7 +12,11 @@
  * kept (fed0 .. n_final - 1), each with its hidden row from that pass and
  * the token after it, go through the module (catch-up: the module's cache
  * then holds the exact rows up to n_final - 1, overwriting the chained
- * ones of the step before).  The last of them, h at n_final - 1 with the
+ * ones of the step before).  A sequence that wants no drafts this step
+ * (the adaptive K at 0) keeps its few rows pending instead, hidden row
+ * and token, up to PEND of them: they go through with the next step
+ * that drafts, in its pass, so a step without drafts costs a copy of a
+ * row, not a pass of the module.  The last of them, h at n_final - 1 with the
  * unfed last token, gives the first draft.  Draft r + 1 chains the
  * module on itself (as DeepSeek's report describes sequential depths and
  * vLLM runs one module k times): at position n_final - 1 + r, the token
@@ -24,6 +28,10 @@
 
 #include "drafter.h"
 
+/* Positions a sequence may keep pending (a retry of the adaptive K comes
+ * every 17 steps at K 0). */
+#define PEND 32
+
 typedef struct mtp {
 	ds_drafter base;
 	ds_fwd *f;                /* the module's forward */
@@ -32,7 +40,6 @@ typedef struct mtp {
 	uint32_t H, n_vocab, max_batch;
 	float *hid;               /* [max_batch][H] the pass's hidden inputs */
 	float *chain;             /* [n_slot][H] each sequence's next one */
-	uint32_t *rows;           /* [max_batch] rows of the target's pass */
 	int32_t *tok, *pos, *seq;
 	uint8_t *want;
 	ds_spec_seq **owner;      /* [max_batch] whose entry */
@@ -40,6 +47,10 @@ typedef struct mtp {
 	uint8_t *gap;             /* [n_slot] positions the module never saw
 				     (a prefix the target's cache already
 				     held): no drafts until the slot ends */
+	float *pend_h;            /* [n_slot][PEND][H] rows not yet run: the
+				     positions after the module's cache */
+	int32_t *pend_tok;        /* [n_slot][PEND] the token after each */
+	uint32_t *n_pend;         /* [n_slot] */
 } mtp;
 
 static void put(mtp *d, size_t *n, ds_spec_seq *q, int32_t tok, size_t pos,
@@ -80,12 +91,90 @@ static int pass(mtp *d, size_t n, ds_err *err)
 	return 0;
 }
 
+/* The hidden row of a gathered entry: the target pass's row `row`. */
+static void hid_target(mtp *d, const ds_fwd *target, size_t n, uint32_t row)
+{
+	ds_fwd_hidden(target, &row, 1, d->hid + n * d->H);
+}
+
+/* Run the gathered entries when the batch is full. */
+static int room(mtp *d, size_t *n, ds_err *err)
+{
+	if (*n < d->max_batch)
+		return 0;
+	if (pass(d, *n, err))
+		return -1;
+	*n = 0;
+	return 0;
+}
+
+/* Where the sequence's new rows start against what the module holds:
+ * the exact rows of its cache, then its pending ones.  Rows chained past
+ * them (drafts of the step before) or pending past fed0 are dropped;
+ * fed0 beyond them is a gap. */
+static int align(mtp *d, ds_spec_seq *q)
+{
+	uint32_t sl = q->slot, len = d->kv.len[sl];
+
+	if (q->fed0 > (size_t)len + d->n_pend[sl])
+		return -1;
+	if (q->fed0 < len) {
+		ds_kvcache_seq_keep(&d->kv, sl, (uint32_t)q->fed0);
+		d->n_pend[sl] = 0;
+	} else {
+		d->n_pend[sl] = (uint32_t)(q->fed0 - len);
+	}
+	return 0;
+}
+
+/* Keep the sequence's new rows pending: it wants no drafts and they fit. */
+static int defer(mtp *d, const ds_fwd *target, const ds_spec_seq *q)
+{
+	uint32_t sl = q->slot, np = d->n_pend[sl], row;
+	size_t j;
+
+	if (q->k > 0 || q->n_final - q->fed0 > PEND - np)
+		return 0;
+	for (j = q->fed0; j < q->n_final; j++, np++) {
+		row = q->row0 + (uint32_t)(j - q->fed0);
+		ds_fwd_hidden(target, &row, 1, d->pend_h + ((size_t)sl * PEND + np) * d->H);
+		d->pend_tok[(size_t)sl * PEND + np] = q->tok[j + 1];
+	}
+	d->n_pend[sl] = np;
+	return 1;
+}
+
+/* The sequence's pending rows, then the rows the target kept this step,
+ * into the gathered entries (passes run as the batch fills). */
+static int gather(mtp *d, const ds_fwd *target, ds_spec_seq *q, size_t *n,
+		  ds_err *err)
+{
+	uint32_t sl = q->slot, i, len = d->kv.len[sl];
+	size_t j;
+
+	for (i = 0; i < d->n_pend[sl]; i++) {
+		if (room(d, n, err))
+			return -1;
+		memcpy(d->hid + *n * d->H, d->pend_h + ((size_t)sl * PEND + i) * d->H,
+		       d->H * sizeof *d->hid);
+		put(d, n, q, d->pend_tok[(size_t)sl * PEND + i], len + i, 0);
+	}
+	d->n_pend[sl] = 0;
+	for (j = q->fed0; j < q->n_final; j++) {
+		if (room(d, n, err))
+			return -1;
+		hid_target(d, target, *n, q->row0 + (uint32_t)(j - q->fed0));
+		put(d, n, q, q->tok[j + 1], j, j + 1 == q->n_final && q->k > 0);
+	}
+	return 0;
+}
+
 /* The positions the target kept, each with its hidden row and the token
- * after it, in passes of at most max_batch entries. */
+ * after it, in passes of at most max_batch entries (or pending). */
 static int catch_up(mtp *d, const ds_fwd *target, ds_spec_seq *const *seqs,
 		    size_t n_seq, ds_err *err)
 {
-	size_t n = 0, i, j;
+	size_t n = 0, i;
 
 	for (i = 0; i < n_seq; i++) {
 		ds_spec_seq *q = seqs[i];
@@ -93,24 +182,17 @@ static int catch_up(mtp *d, const ds_fwd *target, ds_spec_seq *const *seqs,
 		q->n_draft = 0;
 		/* the module's rows need the target's hidden rows of the same
 		 * pass: positions fed before the slot was ours have none */
-		if (q->fed0 > d->kv.len[q->slot])
+		if (!d->gap[q->slot] && align(d, q))
 			d->gap[q->slot] = 1;
 		if (d->gap[q->slot]) {
 			q->k = 0;
 			continue;
 		}
-		for (j = q->fed0; j < q->n_final; j++) {
-			if (n == d->max_batch) {
-				ds_fwd_hidden(target, d->rows, n, d->hid);
-				if (pass(d, n, err))
-					return -1;
-				n = 0;
-			}
-			d->rows[n] = q->row0 + (uint32_t)(j - q->fed0);
-			put(d, &n, q, q->tok[j + 1], j, j + 1 == q->n_final && q->k > 0);
-		}
+		if (defer(d, target, q))
+			continue;
+		if (gather(d, target, q, &n, err))
+			return -1;
 	}
-	ds_fwd_hidden(target, d->rows, n, d->hid);
 	return pass(d, n, err);
 }
 
@@ -149,6 +231,7 @@ static void mtp_release(ds_drafter *dr, uint32_t slot)
 	ds_kvcache_seq_keep(&d->kv, slot, 0);
 	ds_spec_pick_release(&d->slots[slot]);
 	d->gap[slot] = 0;
+	d->n_pend[slot] = 0;
 }
 
 static void mtp_free(ds_drafter *dr)
@@ -160,9 +243,11 @@ static void mtp_free(ds_drafter *dr)
 		ds_spec_pick_free(&d->slots[i]);
 	free(d->slots);
 	free(d->gap);
+	free(d->pend_h);
+	free(d->pend_tok);
+	free(d->n_pend);
 	free(d->hid);
 	free(d->chain);
-	free(d->rows);
 	free(d->tok);
 	free(d->pos);
 	free(d->seq);
@@ -180,7 +265,6 @@ static int bufs(mtp *d, uint32_t n_slot, ds_err *err)
 
 	d->hid = ds_calloc(n, d->H * sizeof *d->hid, err);
 	d->chain = ds_calloc(n_slot, d->H * sizeof *d->chain, err);
-	d->rows = ds_calloc(n, sizeof *d->rows, err);
 	d->tok = ds_calloc(n, sizeof *d->tok, err);
 	d->pos = ds_calloc(n, sizeof *d->pos, err);
 	d->seq = ds_calloc(n, sizeof *d->seq, err);
@@ -188,8 +272,12 @@ static int bufs(mtp *d, uint32_t n_slot, ds_err *err)
 	d->owner = ds_calloc(n, sizeof *d->owner, err);
 	d->slots = ds_calloc(n_slot, sizeof *d->slots, err);
 	d->gap = ds_calloc(n_slot, 1, err);
-	return d->hid && d->chain && d->rows && d->tok && d->pos && d->seq &&
-	       d->want && d->owner && d->slots && d->gap ? 0 : -1;
+	d->pend_h = ds_calloc((size_t)n_slot * PEND, d->H * sizeof *d->pend_h, err);
+	d->pend_tok = ds_calloc((size_t)n_slot * PEND, sizeof *d->pend_tok, err);
+	d->n_pend = ds_calloc(n_slot, sizeof *d->n_pend, err);
+	return d->hid && d->chain && d->tok && d->pos && d->seq &&
+	       d->want && d->owner && d->slots && d->gap && d->pend_h &&
+	       d->pend_tok && d->n_pend ? 0 : -1;
 }
 
 int ds_mtp_open(ds_drafter **out, const ds_mtp_opts *o, ds_err *err)
