@@ -267,9 +267,11 @@ static int one_row(mb *b, uint32_t p, uint32_t n, ds_mbench_row *r,
 		return -1;
 	r->decode_gbs = mm->active_bytes * r->tg_ts * 1e-9;
 	r->bw_ratio = r->probe_gbs > 0 ? r->decode_gbs / r->probe_gbs : 0;
-	/* a prompt of p tokens attends to (p + 1) / 2 keys a token on average */
-	r->pp_gops = 2.0 * ((double)mm->active_params +
-			    (double)mm->attn_width * (p + 1.0) / 2) * r->pp_ts * 1e-9;
+	/* a prompt of p tokens attends to (p + 1) / 2 keys a token on
+	 * average, and asks for one token's logits (the last) */
+	r->pp_gops = p ? 2.0 * ((double)(mm->active_params - mm->head_params) +
+				(double)mm->head_params / p +
+				(double)mm->attn_width * (p + 1.0) / 2) * r->pp_ts * 1e-9 : 0;
 	r->pp_ratio = r->peak_gops > 0 ? r->pp_gops / r->peak_gops : 0;
 	r->rss_peak_mib = ds_rss_peak_mib();
 	return 0;
@@ -434,6 +436,7 @@ static int load(mb *b, ds_placement *pl, ds_err *err)
 	snprintf(mm->arch, sizeof mm->arch, "%s", ds_arch_name(b->m->hp.arch));
 	snprintf(mm->type, sizeof mm->type, "%s", b->m->quant.type);
 	mm->attn_width = attn_width(&b->m->hp);
+	mm->head_params = (uint64_t)b->m->hp.n_vocab * b->m->hp.n_embd;
 	return ds_model_params(&b->m->hp, &mm->params, &mm->active_params, err);
 }
 

@@ -56,6 +56,9 @@ typedef struct ds_mbench_model {
 	uint64_t model_bytes;     /* model.bin's tensors */
 	uint64_t active_bytes;    /* read per decoded token (ds_fwd_info) */
 	uint64_t params, active_params;
+	uint64_t head_params;     /* the output projection's (in
+				     active_params; a prefill runs it for
+				     the last token only) */
 	uint64_t attn_width;      /* attention's multiply-adds per (query,
 				     key) pair over all layers: layers x
 				     heads x (q.k width + v width) */
