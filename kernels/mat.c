@@ -105,3 +105,60 @@ size_t ds_kv_col_offset(enum ds_kvtype t, size_t col)
 {
 	return ds_kv_row_bytes(t, col);
 }
+
+/* ---- packed blocks of keys (ds_attn_blk) ---------------------------------------- */
+
+size_t ds_attn_pack_k_size(size_t nk, size_t kd)
+{
+	size_t kp2 = kd / 2 + kd % 2;
+
+	if (nk > DS_ATTN_BLK || kp2 > SIZE_MAX / 2 / DS_ATTN_BLK / 2)
+		return 0;
+	return (nk + 15) / 16 * 16 * kp2 * 2;
+}
+
+size_t ds_attn_pack_v_size(size_t nk, size_t vd)
+{
+	size_t vdp = vd / 16 * 16 + (vd % 16 ? 16 : 0);
+
+	if (nk > DS_ATTN_BLK || vd > SIZE_MAX / 2 / DS_ATTN_BLK / 2 - 16)
+		return 0;
+	return (nk + 1) / 2 * 2 * vdp;
+}
+
+/* A value rounded to bf16, or 0 past the valid keys (j >= jn) or values. */
+static uint16_t pack_at(const float *src, size_t ld, size_t j, size_t jn, size_t c,
+			size_t cn)
+{
+	return j < jn && c < cn ? ds_f32_to_bf16(src[j * ld + c]) : 0;
+}
+
+void ds_attn_pack_k(uint16_t *k, size_t kd, size_t nk, size_t j0, size_t nj,
+		    size_t c0, size_t nc, const float *src, size_t ld)
+{
+	size_t kp2 = kd / 2 + kd % 2, end = j0 + nj == nk ? (nk + 15) / 16 * 16 : j0 + nj;
+	size_t j, c;
+
+	for (j = j0; j < end; j++) {
+		uint16_t *g = k + (j / 16 * kp2 * 16 + j % 16) * 2;
+
+		for (c = c0; c < c0 + nc; c += 2) {
+			g[c / 2 * 32] = pack_at(src, ld, j - j0, nj, c - c0, nc);
+			g[c / 2 * 32 + 1] = pack_at(src, ld, j - j0, nj, c + 1 - c0, nc);
+		}
+	}
+}
+
+void ds_attn_pack_v(uint16_t *v, size_t vd, size_t nk, size_t j0, size_t nj,
+		    const float *src, size_t ld)
+{
+	size_t vdp = vd / 16 * 16 + (vd % 16 ? 16 : 0);
+	size_t end = j0 + nj == nk ? (nk + 1) / 2 * 2 : j0 + nj, j, d;
+
+	for (j = j0; j < end; j++) {
+		uint16_t *r = v + (j / 2 * vdp) * 2 + j % 2;
+
+		for (d = 0; d < vdp; d++)
+			r[2 * d] = pack_at(src, ld, j - j0, nj, d, vd);
+	}
+}

@@ -114,6 +114,8 @@ int ds_ctx_init(ds_ctx *c, ds_pool *pool, const ds_ctx_cfg *cfg, ds_err *err)
 	thr = 2 * TB_MAX * FFN_LD * sizeof(float);
 	if (DS_ATTN_SCRATCH(g->max_group, g->max_head, g->max_head) * sizeof(float) > thr)
 		thr = DS_ATTN_SCRATCH(g->max_group, g->max_head, g->max_head) * sizeof(float);
+	if (DS_ATTN_BLK_SCRATCH * sizeof(float) > thr)
+		thr = DS_ATTN_BLK_SCRATCH * sizeof(float);
 	if ((g->max_rope + 16) * sizeof(float) > thr)
 		thr = (g->max_rope + 16) * sizeof(float);
 	if (3 * (g->moe_experts + 16) * sizeof(float) > thr)
