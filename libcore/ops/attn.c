@@ -392,3 +392,62 @@ void ds_attention_rows(ds_ctx *c, const ds_attn *a, const ds_attn_rows *in,
 	DS_ASSERT(a->k.type != DS_KV_Q8 || (a->k.dim % DS_QBLOCK == 0 && a->v.dim % DS_QBLOCK == 0));
 	attention(c, a, in, t);
 }
+
+/* ---- MHA over packed blocks of keys ---------------------------------------------- */
+
+struct blk_job {
+	ds_ctx *c;
+	const ds_attn_pk *a;
+	size_t t, ntb;              /* tokens, their tiles of DS_ATTN_TOKENS */
+};
+
+/* Unit u = (head, tile of DS_ATTN_TOKENS tokens) against the head's
+ * block; the tile's tokens before the block are left out. */
+static void blk_unit(const struct blk_job *j, size_t u, float *scratch)
+{
+	const ds_attn_pk *a = j->a;
+	size_t h = u / j->ntb, t0 = u % j->ntb * DS_ATTN_TOKENS, t;
+	size_t t1 = t0 + DS_ATTN_TOKENS < j->t ? t0 + DS_ATTN_TOKENS : j->t;
+	size_t ta = a->pos0 + t0 < a->k0 ? a->k0 - a->pos0 : t0;
+	ds_attn_blk w = {
+		.q_ld = a->q_ld, .k = a->k + h * a->k_hs, .v = a->v + h * a->v_hs,
+		.kd = a->kd, .vd = a->vd, .nk = a->nk, .scale = a->scale,
+		.o_ld = a->o_ld, .ml_ld = a->n_head * 2, .first = a->k0 == 0,
+	};
+
+	if (ta < t1) {
+		w.q = a->q + ta * a->q_ld + h * a->q_hs;
+		w.nt = t1 - ta;
+		w.o = a->o + ta * a->o_ld + h * a->o_hs;
+		w.ml = a->ml + (ta * a->n_head + h) * 2;
+		w.diag = a->pos0 + ta + 1 - a->k0;
+		j->c->kern->attn_blk(&w, scratch);
+	}
+	for (t = t0; a->last && t < t1; t++) {
+		float *o = a->o + t * a->o_ld + h * a->o_hs;
+		float c = 1.0f / a->ml[(t * a->n_head + h) * 2 + 1];
+		size_t i;
+
+		for (i = 0; i < a->vd; i++)
+			o[i] *= c;
+	}
+}
+
+static void blk_fn(void *arg, int ith, int nth)
+{
+	struct blk_job *j = arg;
+	float *scratch = ops_thr(j->c, ith);
+	size_t u;
+
+	for (u = (size_t)ith; u < j->ntb * j->a->n_head; u += (size_t)nth)
+		blk_unit(j, u, scratch);
+}
+
+void ds_attention_blk(ds_ctx *c, const ds_attn_pk *a, size_t t)
+{
+	struct blk_job j = { .c = c, .a = a, .t = t,
+			     .ntb = (t + DS_ATTN_TOKENS - 1) / DS_ATTN_TOKENS };
+
+	DS_ASSERT(a->nk >= 1 && a->nk <= DS_ATTN_BLK && a->q_ld % 2 == 0 && a->q_hs % 2 == 0);
+	ops_run(c, blk_fn, &j);
+}
