@@ -791,7 +791,11 @@ AI void blk_qk8(const ds_attn_blk *a, size_t t0, size_t nt, size_t gi, float *sc
 			acc[t][1] = _mm256_fmadd_ps(qo, o1, _mm256_fmadd_ps(qe, e1, acc[t][1]));
 		}
 	}
-	for (t = 0; (size_t)t < nt && t < 4; t++) {
+	/* constant indices, so that acc stays in registers */
+#pragma GCC unroll 4
+	for (t = 0; t < 4; t++) {
+		if ((size_t)t >= nt)
+			continue;
 		_mm256_storeu_ps(sc + t * DS_ATTN_BLK + gi * 16,
 				 _mm256_mul_ps(acc[t][0], _mm256_set1_ps(a->scale)));
 		_mm256_storeu_ps(sc + t * DS_ATTN_BLK + gi * 16 + 8,
@@ -860,9 +864,13 @@ AI void blk_pv8(const ds_attn_blk *a, size_t t0, size_t nt, size_t d0, size_t np
 			acc[t][1] = _mm256_fmadd_ps(po, o1, _mm256_fmadd_ps(pe, e1, acc[t][1]));
 		}
 	}
-	for (t = 0; (size_t)t < nt && t < 4; t++)
-		for (i = 0; i < 2 && d0 + 8 * (size_t)i < a->vd; i++)
-			storem(a->o + (t0 + t) * a->o_ld, a->vd, d0 + 8 * (size_t)i, acc[t][i]);
+#pragma GCC unroll 4
+	for (t = 0; t < 4; t++)
+#pragma GCC unroll 2
+		for (i = 0; i < 2; i++)
+			if ((size_t)t < nt && d0 + 8 * (size_t)i < a->vd)
+				storem(a->o + (t0 + t) * a->o_ld, a->vd, d0 + 8 * (size_t)i,
+				       acc[t][i]);
 }
 
 /* A tile of up to 4 rows from t0 (avx512.c blk_tile). */

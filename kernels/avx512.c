@@ -1324,6 +1324,7 @@ AI void blk_qk(const ds_attn_blk *a, size_t t0, size_t nt, size_t g0, float *sc,
 {
 	const size_t kp2 = a->kd / 2 + a->kd % 2;
 	const uint16_t *q[4], *k = a->k + g0 * kp2 * 32;
+	const __m512 scale = _mm512_set1_ps(a->scale);
 	__m512 acc[4][4];
 	size_t i;
 	int t, g;
@@ -1347,11 +1348,14 @@ AI void blk_qk(const ds_attn_blk *a, size_t t0, size_t nt, size_t g0, float *sc,
 			for (g = 0; g < NG; g++)
 				acc[t][g] = dpbf16_bc(acc[t][g], kv[g], q[t] + 2 * i);
 	}
-	for (t = 0; (size_t)t < nt && t < 4; t++)
+	/* constant indices, so that acc stays in registers */
+#pragma GCC unroll 4
+	for (t = 0; t < 4; t++)
 #pragma GCC unroll 4
 		for (g = 0; g < NG; g++)
-			_mm512_storeu_ps(sc + (t0 + t) * DS_ATTN_BLK + (g0 + g) * 16,
-					 _mm512_mul_ps(acc[t][g], _mm512_set1_ps(a->scale)));
+			if ((size_t)t < nt)
+				_mm512_storeu_ps(sc + (t0 + t) * DS_ATTN_BLK + (g0 + g) * 16,
+						 _mm512_mul_ps(acc[t][g], scale));
 }
 
 /* Row t's n scores s into weights rounded to bf16 (pb, zero from n to
@@ -1419,10 +1423,12 @@ AI void blk_pv(const ds_attn_blk *a, size_t t0, size_t nt, size_t d0, size_t np2
 			for (i = 0; i < NV; i++)
 				acc[t][i] = dpbf16_bc(acc[t][i], vv[i], p[t] + 2 * jp);
 	}
-	for (t = 0; (size_t)t < nt && t < 4; t++)
+#pragma GCC unroll 4
+	for (t = 0; t < 4; t++)
 #pragma GCC unroll 4
 		for (i = 0; i < NV; i++)
-			stm(a->o + (t0 + t) * a->o_ld + d0 + 16 * i, m[i], acc[t][i]);
+			if ((size_t)t < nt)
+				stm(a->o + (t0 + t) * a->o_ld + d0 + 16 * i, m[i], acc[t][i]);
 }
 
 /* A tile of up to 4 rows from t0: its scores over the groups of keys its
