@@ -249,18 +249,18 @@ typedef struct ds_attn_blk {
  * 0 if nk > DS_ATTN_BLK or the widths overflow. */
 size_t ds_attn_pack_k_size(size_t nk, size_t kd);
 size_t ds_attn_pack_v_size(size_t nk, size_t vd);
-/* Columns c0 .. c0+nc-1 of the keys j0 .. j0+nj-1 (key j's at src + (j -
- * j0) * ld, floats) rounded to bf16 into the packed K of width kd; c0
- * even, j0 a multiple of 16; keys past nk (to the group) zero, and the
- * pair partner past kd.  Packing a block's columns in parts gives the
- * same as at once. */
+/* Columns c0 .. c0+nc-1 of the keys j0 .. j0+nj-1, bf16 (key j's at src
+ * + (j - j0) * ld), into the packed K of width kd; c0 even, j0 a
+ * multiple of 16, j0 + nj a multiple of 16 or nk; the keys past nk (to
+ * the group) zero, and past an odd nc the pair's partner.  Packing a
+ * block's columns in parts gives the same as at once. */
 void ds_attn_pack_k(uint16_t *k, size_t kd, size_t nk, size_t j0, size_t nj,
-		    size_t c0, size_t nc, const float *src, size_t ld);
-/* The values of keys j0 .. j0+nj-1 (src + (j - j0) * ld, vd floats) into
- * the packed V; j0 even; the values past vd zero, and the pair partner
- * past nk. */
+		    size_t c0, size_t nc, const uint16_t *src, size_t ld);
+/* The values of keys j0 .. j0+nj-1, bf16 (src + (j - j0) * ld, vd of
+ * them), into the packed V; j0 even, j0 + nj even or nk; the values past
+ * vd zero, and the pair partner past nk. */
 void ds_attn_pack_v(uint16_t *v, size_t vd, size_t nk, size_t j0, size_t nj,
-		    const float *src, size_t ld);
+		    const uint16_t *src, size_t ld);
 
 /* enum ds_rope_style is in types.h (shared with the hyper-parameters). */
 

@@ -7,6 +7,7 @@
  * it, so the ISA files and the dispatch in kernels.c both stand on it.
  */
 #include <stdint.h>
+#include <string.h>
 
 #include "kernels.h"
 
@@ -126,39 +127,47 @@ size_t ds_attn_pack_v_size(size_t nk, size_t vd)
 	return (nk + 1) / 2 * 2 * vdp;
 }
 
-/* A value rounded to bf16, or 0 past the valid keys (j >= jn) or values. */
-static uint16_t pack_at(const float *src, size_t ld, size_t j, size_t jn, size_t c,
-			size_t cn)
+/* Word i (values 2i, 2i+1) of bf16 row r of nc values, the partner
+ * past nc zero. */
+static uint32_t pack_word(const uint16_t *r, size_t i, size_t nc)
 {
-	return j < jn && c < cn ? ds_f32_to_bf16(src[j * ld + c]) : 0;
+	uint32_t lo = r[2 * i], hi = 2 * i + 1 < nc ? r[2 * i + 1] : 0;
+
+	return lo | hi << 16;
 }
 
 void ds_attn_pack_k(uint16_t *k, size_t kd, size_t nk, size_t j0, size_t nj,
-		    size_t c0, size_t nc, const float *src, size_t ld)
+		    size_t c0, size_t nc, const uint16_t *src, size_t ld)
 {
 	size_t kp2 = kd / 2 + kd % 2, end = j0 + nj == nk ? (nk + 15) / 16 * 16 : j0 + nj;
-	size_t j, c;
+	size_t j, i, np = nc / 2 + nc % 2;
 
 	for (j = j0; j < end; j++) {
-		uint16_t *g = k + (j / 16 * kp2 * 16 + j % 16) * 2;
+		uint16_t *g = k + (j / 16 * kp2 * 16 + c0 / 2 * 16 + j % 16) * 2;
 
-		for (c = c0; c < c0 + nc; c += 2) {
-			g[c / 2 * 32] = pack_at(src, ld, j - j0, nj, c - c0, nc);
-			g[c / 2 * 32 + 1] = pack_at(src, ld, j - j0, nj, c + 1 - c0, nc);
+		for (i = 0; i < np; i++) {
+			uint32_t w = j < j0 + nj ? pack_word(src + (j - j0) * ld, i, nc) : 0;
+
+			memcpy(g + i * 32, &w, 4);
 		}
 	}
 }
 
 void ds_attn_pack_v(uint16_t *v, size_t vd, size_t nk, size_t j0, size_t nj,
-		    const float *src, size_t ld)
+		    const uint16_t *src, size_t ld)
 {
-	size_t vdp = vd / 16 * 16 + (vd % 16 ? 16 : 0);
-	size_t end = j0 + nj == nk ? (nk + 1) / 2 * 2 : j0 + nj, j, d;
+	size_t vdp = vd / 16 * 16 + (vd % 16 ? 16 : 0), j, d;
 
-	for (j = j0; j < end; j++) {
-		uint16_t *r = v + (j / 2 * vdp) * 2 + j % 2;
+	for (j = j0; j < j0 + nj; j += 2) {
+		const uint16_t *r0 = src + (j - j0) * ld, *r1 = r0 + ld;
+		uint16_t *o = v + j / 2 * vdp * 2;
+		int two = j + 1 < j0 + nj;
 
-		for (d = 0; d < vdp; d++)
-			r[2 * d] = pack_at(src, ld, j - j0, nj, d, vd);
+		for (d = 0; d < vd; d++) {
+			o[2 * d] = r0[d];
+			o[2 * d + 1] = two ? r1[d] : 0;
+		}
+		memset(o + 2 * vd, 0, (vdp - vd) * 4);
 	}
+	(void)nk;
 }

@@ -177,32 +177,6 @@ static void keys_read_fn(void *arg, int ith, int nth)
 				    j->f->mla_lat + p * lat);
 }
 
-/* Each head's keys [k_nope | k_pe] (the rope part shared by the heads)
- * and values packed in bf16 for the attention kernel (kernels.h
- * ds_attn_blk), 16 keys a unit: from f->mla_kv's [k_nope | v] and the
- * cache's k_pe. */
-static void keys_pack_fn(void *arg, int ith, int nth)
-{
-	const mla_keys *j = arg;
-	const ds_fwd *f = j->f;
-	const ds_hparams *hp = f->hp;
-	size_t nh = hp->n_head, dn = hp->qk_nope_head_dim, dr = hp->qk_rope_head_dim;
-	size_t dv = hp->v_head_dim, lat = hp->kv_lora_rank + dr, ng = (j->n + 15) / 16;
-	size_t kz = ds_attn_pack_k_size(DS_MLA_KEYS, dn + dr), vz = ds_attn_pack_v_size(DS_MLA_KEYS, dv);
-	size_t b, e, u;
-
-	ds_split(ng * nh, ith, nth, &b, &e);
-	for (u = b; u < e; u++) {
-		size_t h = u / ng, j0 = u % ng * 16, nj = j->n - j0 < 16 ? j->n - j0 : 16;
-		const float *kv = f->mla_kv + j0 * nh * (dn + dv) + h * (dn + dv);
-
-		ds_attn_pack_k(f->mla_kp + h * kz, dn + dr, j->n, j0, nj, 0, dn, kv, nh * (dn + dv));
-		ds_attn_pack_k(f->mla_kp + h * kz, dn + dr, j->n, j0, nj, dn, dr,
-			       f->mla_lat + j0 * lat + lat - dr, lat);
-		ds_attn_pack_v(f->mla_vp + h * vz, dv, j->n, j0, nj, kv + dn, nh * (dn + dv));
-	}
-}
-
 /* The run's queries rounded to bf16 into f->mla_qb (rows of
  * ds_mla_qb_ld values, zero past dn + dr). */
 static void mla_q_fn(void *arg, int ith, int nth)
@@ -253,7 +227,18 @@ static void mha_block_f32(ds_fwd *f, const mla_keys *j, ds_attn *a, size_t P)
  * matrices are bf16 too): keys and values packed for ds_attention_blk. */
 static void mha_block_bf16(ds_fwd *f, const mla_keys *j, ds_attn_pk *a, size_t P)
 {
-	ds_pool_run(f->pool, keys_pack_fn, (void *)j);
+	const ds_hparams *hp = f->hp;
+	size_t nh = hp->n_head, dn = hp->qk_nope_head_dim, dr = hp->qk_rope_head_dim;
+	size_t dv = hp->v_head_dim, lat = hp->kv_lora_rank + dr;
+	ds_attn_src s = {
+		.n_head = nh, .n = j->n,
+		.ka = f->mla_kv, .ka_ld = nh * (dn + dv), .ka_hs = dn + dv, .na = dn,
+		.kb = f->mla_lat + lat - dr, .kb_ld = lat, .nb = dr,
+		.va = f->mla_kv + dn, .va_ld = nh * (dn + dv), .va_hs = dn + dv, .vd = dv,
+		.k = f->mla_kp, .k_hs = a->k_hs, .v = f->mla_vp, .v_hs = a->v_hs,
+	};
+
+	ds_attn_pack(&f->ctx, &s);
 	a->k0 = j->k0;
 	a->nk = j->n;
 	a->last = j->k0 + j->n == P;

@@ -451,3 +451,65 @@ void ds_attention_blk(ds_ctx *c, const ds_attn_pk *a, size_t t)
 	DS_ASSERT(a->nk >= 1 && a->nk <= DS_ATTN_BLK && a->q_ld % 2 == 0 && a->q_hs % 2 == 0);
 	ops_run(c, blk_fn, &j);
 }
+
+/* ---- packing a block of keys ------------------------------------------------- */
+
+struct pack_job {
+	ds_ctx *c;
+	const ds_attn_src *s;
+	size_t ng;                  /* groups of 16 keys */
+};
+
+/* n rows of w floats (src, ld apart) rounded to bf16 into dst, rows of
+ * w rounded up to 32 (bf16_row's whole vectors). */
+static void pack_rows(const ds_kernels *K, const float *src, size_t ld, size_t n,
+		      size_t w, uint16_t *dst)
+{
+	size_t j;
+
+	for (j = 0; j < n; j++)
+		K->bf16_row(src + j * ld, w, ds_round_up(w, 32), NULL, NULL, 1.0f,
+			    dst + j * ds_round_up(w, 32));
+}
+
+/* Unit u = (head, group of 16 keys): the rows rounded in the thread's
+ * scratch, then laid out. */
+static void pack_unit(const struct pack_job *j, size_t u, uint16_t *tmp)
+{
+	const ds_attn_src *s = j->s;
+	const ds_kernels *K = j->c->kern;
+	size_t h = u / j->ng, j0 = u % j->ng * 16, nj = s->n - j0 < 16 ? s->n - j0 : 16;
+	size_t la = ds_round_up(s->na, 32), lb = ds_round_up(s->nb, 32), lv = ds_round_up(s->vd, 32);
+	size_t kd = s->na + s->nb;
+	uint16_t *ta = tmp, *tb = ta + 16 * la, *tv = tb + 16 * lb;
+
+	pack_rows(K, s->ka + j0 * s->ka_ld + h * s->ka_hs, s->ka_ld, nj, s->na, ta);
+	ds_attn_pack_k(s->k + h * s->k_hs, kd, s->n, j0, nj, 0, s->na, ta, la);
+	if (s->nb) {
+		pack_rows(K, s->kb + j0 * s->kb_ld, s->kb_ld, nj, s->nb, tb);
+		ds_attn_pack_k(s->k + h * s->k_hs, kd, s->n, j0, nj, s->na, s->nb, tb, lb);
+	}
+	pack_rows(K, s->va + j0 * s->va_ld + h * s->va_hs, s->va_ld, nj, s->vd, tv);
+	ds_attn_pack_v(s->v + h * s->v_hs, s->vd, s->n, j0, nj, tv, lv);
+}
+
+static void pack_fn(void *arg, int ith, int nth)
+{
+	struct pack_job *j = arg;
+	uint16_t *tmp = ops_thr(j->c, ith);
+	size_t b, e, u;
+
+	ds_split(j->ng * j->s->n_head, ith, nth, &b, &e);
+	for (u = b; u < e; u++)
+		pack_unit(j, u, tmp);
+}
+
+void ds_attn_pack(ds_ctx *c, const ds_attn_src *s)
+{
+	struct pack_job j = { .c = c, .s = s, .ng = (s->n + 15) / 16 };
+	size_t w = ds_round_up(s->na, 32) + ds_round_up(s->nb, 32) + ds_round_up(s->vd, 32);
+
+	DS_ASSERT(s->n >= 1 && s->n <= DS_ATTN_BLK && s->na % 2 == 0 &&
+		  w <= c->thr_bytes / 16 / sizeof(uint16_t));
+	ops_run(c, pack_fn, &j);
+}

@@ -351,6 +351,22 @@ typedef struct ds_attn_pk {
 
 void ds_attention_blk(ds_ctx *c, const ds_attn_pk *a, size_t t);
 
+/* The keys and values of a block of n keys (n <= DS_ATTN_BLK), nh heads,
+ * rounded to bf16 and packed for ds_attention_blk: key j of head h is
+ * ka[j][h] (na floats at ka + j * ka_ld + h * ka_hs) then kb[j] (nb
+ * floats at kb + j * kb_ld, the same for every head), its value va[j][h]
+ * (vd floats); into k + h * k_hs and v + h * v_hs.  na even; 16 keys of
+ * every width must fit a thread's scratch (checked). */
+typedef struct ds_attn_src {
+	size_t n_head, n;
+	const float *ka, *kb, *va;
+	size_t ka_ld, ka_hs, na, kb_ld, nb, va_ld, va_hs, vd;
+	uint16_t *k, *v;
+	size_t k_hs, v_hs;
+} ds_attn_src;
+
+void ds_attn_pack(ds_ctx *c, const ds_attn_src *s);
+
 /* ds_attention with the last steps of its inputs in the same pool job,
  * before a barrier: the q rows (a->q, n_head heads of a->q_hs) and the
  * new key rows k (n_kv_head heads of hs) rotated in place by r at

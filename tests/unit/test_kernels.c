@@ -1204,6 +1204,7 @@ static void check_attn_blk(size_t nt, size_t n, size_t diag, size_t kd, size_t v
 	float *o = malloc(nt * (vd + 3) * 4), *ml = malloc(nt * 3 * 4), vmax = 0;
 	float *scratch = ds_aligned_alloc(64, DS_ATTN_BLK_SCRATCH * 4, NULL);
 	uint16_t *qb = calloc(nt * qld, 2), *kp = calloc(nb * kz, 2), *vp = calloc(nb * vz, 2);
+	uint16_t *kh = malloc(n * kd * 2), *vh = malloc(n * vd * 2);
 	double *ref = malloc(vd * sizeof(double)), qk;
 	size_t i, t, b, c0 = kd / 2 / 2 * 2;
 	int bad = 0, e;
@@ -1215,6 +1216,10 @@ static void check_attn_blk(size_t nt, size_t n, size_t diag, size_t kd, size_t v
 			qb[t * qld + i] = ds_f32_to_bf16(q[t * qld + i]);
 		}
 	to_bf16(q, nt * qld);
+	for (i = 0; i < n * kd; i++)
+		kh[i] = ds_f32_to_bf16(kf[i]);
+	for (i = 0; i < n * vd; i++)
+		vh[i] = ds_f32_to_bf16(vf[i]);
 	to_bf16(kf, n * kd);
 	to_bf16(vf, n * vd);
 	for (i = 0; i < n * vd; i++)
@@ -1225,10 +1230,10 @@ static void check_attn_blk(size_t nt, size_t n, size_t diag, size_t kd, size_t v
 		for (j = 0; j < nk; j += 32) {   /* in parts, as the ops may */
 			size_t nj = nk - j < 32 ? nk - j : 32;
 
-			ds_attn_pack_k(kp + b * kz, kd, nk, j, nj, 0, c0, kf + (b * B + j) * kd, kd);
+			ds_attn_pack_k(kp + b * kz, kd, nk, j, nj, 0, c0, kh + (b * B + j) * kd, kd);
 			ds_attn_pack_k(kp + b * kz, kd, nk, j, nj, c0, kd - c0,
-				       kf + (b * B + j) * kd + c0, kd);
-			ds_attn_pack_v(vp + b * vz, vd, nk, j, nj, vf + (b * B + j) * vd, vd);
+				       kh + (b * B + j) * kd + c0, kd);
+			ds_attn_pack_v(vp + b * vz, vd, nk, j, nj, vh + (b * B + j) * vd, vd);
 		}
 	}
 	for (e = 0; e < n_isa; e++) {
@@ -1268,7 +1273,7 @@ static void check_attn_blk(size_t nt, size_t n, size_t diag, size_t kd, size_t v
 	}
 	T_CHECK(bad == 0);
 	free(q); free(kf); free(vf); free(o); free(ml); free(scratch);
-	free(qb); free(kp); free(vp); free(ref);
+	free(qb); free(kp); free(vp); free(kh); free(vh); free(ref);
 }
 
 static void test_attention_blk(void)
