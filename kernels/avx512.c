@@ -1343,10 +1343,13 @@ AI void blk_qk(const ds_attn_blk *a, size_t t0, size_t nt, size_t g0, float *sc,
 		for (g = 0; g < NG; g++)
 			kv[g] = _mm512_loadu_si512(k + (g * kp2 + i) * 32);
 #pragma GCC unroll 4
-		for (t = 0; t < 4; t++)
+		for (t = 0; t < 4; t++) {
+			__m512i qb = bcast32(q[t] + 2 * i);
+
 #pragma GCC unroll 4
 			for (g = 0; g < NG; g++)
-				acc[t][g] = dpbf16_bc(acc[t][g], kv[g], q[t] + 2 * i);
+				acc[t][g] = dpbf16(acc[t][g], kv[g], qb);
+		}
 	}
 	/* constant indices, so that acc stays in registers */
 #pragma GCC unroll 4
@@ -1418,10 +1421,13 @@ AI void blk_pv(const ds_attn_blk *a, size_t t0, size_t nt, size_t d0, size_t np2
 		for (i = 0; i < NV; i++)
 			vv[i] = _mm512_loadu_si512(v + (jp * vdp + 16 * i) * 2);
 #pragma GCC unroll 4
-		for (t = 0; t < 4; t++)
+		for (t = 0; t < 4; t++) {
+			__m512i pp = bcast32(p[t] + 2 * jp);
+
 #pragma GCC unroll 4
 			for (i = 0; i < NV; i++)
-				acc[t][i] = dpbf16_bc(acc[t][i], vv[i], p[t] + 2 * jp);
+				acc[t][i] = dpbf16(acc[t][i], vv[i], pp);
+		}
 	}
 #pragma GCC unroll 4
 	for (t = 0; t < 4; t++)
