@@ -136,6 +136,21 @@ static uint32_t pack_word(const uint16_t *r, size_t i, size_t nc)
 	return lo | hi << 16;
 }
 
+/* One key's np words into its lane of a group (32 halfwords apart):
+ * the row's whole pairs as they are, an odd last value with a zero. */
+static void pack_key(uint16_t *g, const uint16_t *r, size_t nc)
+{
+	size_t i;
+
+	for (i = 0; i < nc / 2; i++)
+		memcpy(g + i * 32, r + 2 * i, 4);
+	if (nc % 2) {
+		uint32_t w = pack_word(r, i, nc);
+
+		memcpy(g + i * 32, &w, 4);
+	}
+}
+
 void ds_attn_pack_k(uint16_t *k, size_t kd, size_t nk, size_t j0, size_t nj,
 		    size_t c0, size_t nc, const uint16_t *src, size_t ld)
 {
@@ -145,11 +160,12 @@ void ds_attn_pack_k(uint16_t *k, size_t kd, size_t nk, size_t j0, size_t nj,
 	for (j = j0; j < end; j++) {
 		uint16_t *g = k + (j / 16 * kp2 * 16 + c0 / 2 * 16 + j % 16) * 2;
 
-		for (i = 0; i < np; i++) {
-			uint32_t w = j < j0 + nj ? pack_word(src + (j - j0) * ld, i, nc) : 0;
-
-			memcpy(g + i * 32, &w, 4);
+		if (j < j0 + nj) {
+			pack_key(g, src + (j - j0) * ld, nc);
+			continue;
 		}
+		for (i = 0; i < np; i++)
+			memset(g + i * 32, 0, 4);
 	}
 }
 
@@ -161,11 +177,17 @@ void ds_attn_pack_v(uint16_t *v, size_t vd, size_t nk, size_t j0, size_t nj,
 	for (j = j0; j < j0 + nj; j += 2) {
 		const uint16_t *r0 = src + (j - j0) * ld, *r1 = r0 + ld;
 		uint16_t *o = v + j / 2 * vdp * 2;
-		int two = j + 1 < j0 + nj;
 
-		for (d = 0; d < vd; d++) {
-			o[2 * d] = r0[d];
-			o[2 * d + 1] = two ? r1[d] : 0;
+		if (j + 1 < j0 + nj) {
+			for (d = 0; d < vd; d++) {
+				o[2 * d] = r0[d];
+				o[2 * d + 1] = r1[d];
+			}
+		} else {
+			for (d = 0; d < vd; d++) {
+				o[2 * d] = r0[d];
+				o[2 * d + 1] = 0;
+			}
 		}
 		memset(o + 2 * vd, 0, (vdp - vd) * 4);
 	}
