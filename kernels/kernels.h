@@ -257,10 +257,10 @@ size_t ds_attn_pack_v_size(size_t nk, size_t vd);
 void ds_attn_pack_k(uint16_t *k, size_t kd, size_t nk, size_t j0, size_t nj,
 		    size_t c0, size_t nc, const uint16_t *src, size_t ld);
 /* The values of keys j0 .. j0+nj-1, bf16 (src + (j - j0) * ld, vd of
- * them), into the packed V; j0 even, j0 + nj even or nk; the values past
- * vd zero, and the pair partner past nk. */
-void ds_attn_pack_v(uint16_t *v, size_t vd, size_t nk, size_t j0, size_t nj,
-		    const uint16_t *src, size_t ld);
+ * them), into the packed V; j0 even, j0 + nj even or the block's end
+ * (then the partner of an odd last key zero); the values past vd zero. */
+void ds_attn_pack_v(uint16_t *v, size_t vd, size_t j0, size_t nj, const uint16_t *src,
+		    size_t ld);
 
 /* enum ds_rope_style is in types.h (shared with the hyper-parameters). */
 

@@ -169,8 +169,8 @@ void ds_attn_pack_k(uint16_t *k, size_t kd, size_t nk, size_t j0, size_t nj,
 	}
 }
 
-void ds_attn_pack_v(uint16_t *v, size_t vd, size_t nk, size_t j0, size_t nj,
-		    const uint16_t *src, size_t ld)
+void ds_attn_pack_v(uint16_t *v, size_t vd, size_t j0, size_t nj, const uint16_t *src,
+		    size_t ld)
 {
 	size_t vdp = vd / 16 * 16 + (vd % 16 ? 16 : 0), j, d;
 
@@ -191,5 +191,4 @@ void ds_attn_pack_v(uint16_t *v, size_t vd, size_t nk, size_t j0, size_t nj,
 		}
 		memset(o + 2 * vd, 0, (vdp - vd) * 4);
 	}
-	(void)nk;
 }

@@ -490,7 +490,7 @@ static void pack_unit(const struct pack_job *j, size_t u, uint16_t *tmp)
 		ds_attn_pack_k(s->k + h * s->k_hs, kd, s->n, j0, nj, s->na, s->nb, tb, lb);
 	}
 	pack_rows(K, s->va + j0 * s->va_ld + h * s->va_hs, s->va_ld, nj, s->vd, tv);
-	ds_attn_pack_v(s->v + h * s->v_hs, s->vd, s->n, j0, nj, tv, lv);
+	ds_attn_pack_v(s->v + h * s->v_hs, s->vd, j0, nj, tv, lv);
 }
 
 static void pack_fn(void *arg, int ith, int nth)

@@ -1233,7 +1233,7 @@ static void check_attn_blk(size_t nt, size_t n, size_t diag, size_t kd, size_t v
 			ds_attn_pack_k(kp + b * kz, kd, nk, j, nj, 0, c0, kh + (b * B + j) * kd, kd);
 			ds_attn_pack_k(kp + b * kz, kd, nk, j, nj, c0, kd - c0,
 				       kh + (b * B + j) * kd + c0, kd);
-			ds_attn_pack_v(vp + b * vz, vd, nk, j, nj, vh + (b * B + j) * vd, vd);
+			ds_attn_pack_v(vp + b * vz, vd, j, nj, vh + (b * B + j) * vd, vd);
 		}
 	}
 	for (e = 0; e < n_isa; e++) {
