@@ -267,7 +267,9 @@ static int one_row(mb *b, uint32_t p, uint32_t n, ds_mbench_row *r,
 		return -1;
 	r->decode_gbs = mm->active_bytes * r->tg_ts * 1e-9;
 	r->bw_ratio = r->probe_gbs > 0 ? r->decode_gbs / r->probe_gbs : 0;
-	r->pp_gops = 2.0 * (double)mm->active_params * r->pp_ts * 1e-9;
+	/* a prompt of p tokens attends to (p + 1) / 2 keys a token on average */
+	r->pp_gops = 2.0 * ((double)mm->active_params +
+			    (double)mm->attn_width * (p + 1.0) / 2) * r->pp_ts * 1e-9;
 	r->pp_ratio = r->peak_gops > 0 ? r->pp_gops / r->peak_gops : 0;
 	r->rss_peak_mib = ds_rss_peak_mib();
 	return 0;
@@ -392,6 +394,18 @@ static int open_model(mb *b, ds_placement *pl, char *warn, size_t warn_len,
 }
 
 /* Load and fill o->model. */
+/* Attention's multiply-adds per (query, key) pair: each head's q.k and
+ * its weighted sum of values, in the form prompts use (MLA's MHA form:
+ * qk_nope + qk_rope, then v_head_dim; otherwise head_dim twice). */
+static uint64_t attn_width(const ds_hparams *hp)
+{
+	uint64_t w = hp->arch == DS_ARCH_DEEPSEEK2
+		? (uint64_t)hp->qk_nope_head_dim + hp->qk_rope_head_dim + hp->v_head_dim
+		: 2 * (uint64_t)hp->head_dim;
+
+	return (uint64_t)hp->n_layer * hp->n_head * w;
+}
+
 static int load(mb *b, ds_placement *pl, ds_err *err)
 {
 	const ds_mbench_opts *o = b->o;
@@ -419,6 +433,7 @@ static int load(mb *b, ds_placement *pl, ds_err *err)
 	mm->n_layer = b->m->hp.n_layer;
 	snprintf(mm->arch, sizeof mm->arch, "%s", ds_arch_name(b->m->hp.arch));
 	snprintf(mm->type, sizeof mm->type, "%s", b->m->quant.type);
+	mm->attn_width = attn_width(&b->m->hp);
 	return ds_model_params(&b->m->hp, &mm->params, &mm->active_params, err);
 }
 

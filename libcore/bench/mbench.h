@@ -56,6 +56,9 @@ typedef struct ds_mbench_model {
 	uint64_t model_bytes;     /* model.bin's tensors */
 	uint64_t active_bytes;    /* read per decoded token (ds_fwd_info) */
 	uint64_t params, active_params;
+	uint64_t attn_width;      /* attention's multiply-adds per (query,
+				     key) pair over all layers: layers x
+				     heads x (q.k width + v width) */
 	double load_s;            /* ds_model_open, incl. the hugepages copy */
 	uint64_t synth_bytes;     /* --synthetic: bytes written; else 0 */
 	double synth_s;           /* --synthetic: time to write them */

@@ -18,9 +18,11 @@ static double nll_of(const float *l, uint32_t n_vocab, int32_t next)
 	return -(l[next] - mx - log(se));
 }
 
-/* One window: batches of at most max_batch positions. */
+/* One window: batches of at most max_batch positions, every one read
+ * from the text as a prompt's are (so MLA takes the prompt's form). */
 static int window(ds_fwd *f, ds_kvcache *kv, const int32_t *win, size_t C,
-		  int32_t *pos, int32_t *seq, uint8_t *want, ds_ppl *out, ds_err *err)
+		  int32_t *pos, int32_t *seq, uint8_t *want, const uint8_t *read,
+		  ds_ppl *out, ds_err *err)
 {
 	ds_fwd_info fi;
 	size_t p0, i, first = C / 2;
@@ -30,7 +32,7 @@ static int window(ds_fwd *f, ds_kvcache *kv, const int32_t *win, size_t C,
 	for (p0 = 0; p0 < C; p0 += fi.max_batch) {
 		size_t m = C - p0 < fi.max_batch ? C - p0 : fi.max_batch, k = 0;
 		ds_batch b = { .n = m, .token = win + p0, .pos = pos, .seq = seq,
-			       .logits = want };
+			       .logits = want, .prompt = read };
 
 		for (i = 0; i < m; i++) {
 			pos[i] = (int32_t)(p0 + i);
@@ -54,7 +56,7 @@ int ds_perplexity(ds_fwd *f, ds_kvcache *kv, const int32_t *ids, size_t n,
 {
 	ds_fwd_info fi;
 	int32_t *pos, *seq;
-	uint8_t *want;
+	uint8_t *want, *read;
 	size_t w;
 	int rc = 0;
 
@@ -68,14 +70,18 @@ int ds_perplexity(ds_fwd *f, ds_kvcache *kv, const int32_t *ids, size_t n,
 	pos = calloc(fi.max_batch, sizeof *pos);
 	seq = calloc(fi.max_batch, sizeof *seq);
 	want = calloc(fi.max_batch, 1);
-	if (!pos || !seq || !want)
+	read = malloc(fi.max_batch);
+	if (!pos || !seq || !want || !read)
 		rc = ds_errf(err, "out of memory");
+	else
+		memset(read, 1, fi.max_batch);
 	for (w = 0; rc == 0 && w < n / n_ctx; w++)
-		rc = window(f, kv, ids + w * n_ctx, n_ctx, pos, seq, want, out, err);
+		rc = window(f, kv, ids + w * n_ctx, n_ctx, pos, seq, want, read, out, err);
 	out->windows = n / n_ctx;
 	out->ppl = out->count ? exp(out->nll / (double)out->count) : 0;
 	free(pos);
 	free(seq);
 	free(want);
+	free(read);
 	return rc;
 }

@@ -144,7 +144,7 @@ typedef struct field {
 	double v;
 } field;
 
-#define NFIELDS 44
+#define NFIELDS 45
 
 static field fs(const char *name, const char *s)
 {
@@ -164,7 +164,8 @@ static void row_fields(const ds_mbench_row *r, field *f)
 		fs("arch", m->arch), fs("type", m->type),
 		fv("n_layer", F_INT, m->n_layer), fv("model_bytes", F_INT, m->model_bytes),
 		fv("active_bytes", F_INT, m->active_bytes), fv("params", F_INT, m->params),
-		fv("active_params", F_INT, m->active_params), fs("isa", m->isa),
+		fv("active_params", F_INT, m->active_params),
+		fv("attn_width", F_INT, m->attn_width), fs("isa", m->isa),
 		fv("hugepages", F_BOOL, m->hugepages), fv("load_s", F_NUM, m->load_s),
 		fv("threads", F_INT, r->threads), fv("n_prompt", F_INT, r->pp),
 		fv("n_gen", F_INT, r->tg), fv("n_ctx", F_INT, r->n_ctx),

@@ -78,6 +78,7 @@ struct ds_fwd {
 	 * their projection; layers[0] is its decoder layer, tok_embd,
 	 * out_norm and output its embedding, head norm and head */
 	int mtp;
+	int draft_head;                  /* ds_fwd_opts.draft_head */
 	const float *mtp_enorm, *mtp_hnorm;
 	ds_mat mtp_eh;                   /* (H, 2H) */
 	float *cat;                      /* (T, 2H) the normed inputs */

@@ -259,6 +259,16 @@ static void mla_heads_cfg(const ds_fwd *f, ds_ctx_cfg *cfg)
 	}
 }
 
+/* Whether the MTP module drafts through a q8 copy of its head (see
+ * draft_head): a bf16, f16 or f32 head of its own rows. */
+static int draft_head_q8(const ds_fwd *f)
+{
+	enum ds_dtype dt = f->output.type.dt;
+
+	return f->mtp && f->draft_head && (dt == DS_BF16 || dt == DS_F16 || dt == DS_F32) &&
+	       f->output.perm == NULL && f->output.ne == 1;
+}
+
 static int ctx_init(ds_fwd *f, ds_err *err)
 {
 	const ds_hparams *hp = f->hp;
@@ -268,6 +278,8 @@ static int ctx_init(ds_fwd *f, ds_err *err)
 	memset(&cfg, 0, sizeof cfg);
 	cfg.max_rows = f->max_batch;
 	scan_mats(f->m, &cfg.max_k, &cfg.types);
+	if (draft_head_q8(f))
+		cfg.types |= 1u << DS_Q8;
 	cfg.max_ff = hp->n_ff > shared ? hp->n_ff : shared;
 	if (hp->n_expert) {
 		const ds_layer *L = NULL;
@@ -415,6 +427,45 @@ static int bufs_init(ds_fwd *f, ds_err *err)
 	return mla ? mla_bufs(f, err) : 0;
 }
 
+/* The MTP module only drafts, and the main model checks every draft, so
+ * its head may be coarser than the main model's.  A bf16, f16 or f32
+ * head (AWQ and GPTQ checkpoints keep lm_head unquantized) gets a q8g32
+ * copy: the head is most of what a draft reads (the demo's: 2 of 2.6
+ * MiB), and q8 halves bf16's bytes at about 0.5% relative error.  Built a
+ * slab of row-sets at a time, so it needs no float copy of the head. */
+static int draft_head(ds_fwd *f, ds_err *err)
+{
+	const ds_mat w = f->output;
+	const ds_ttype q8 = { .dt = DS_Q8, .group = 32 };
+	const size_t slab = 16 * DS_ROWSET;
+	uint64_t shape[2] = { w.n, w.k }, bytes, r0;
+	uint8_t *dst;
+	float *rows;
+
+	if (!draft_head_q8(f) || ds_tensor_bytes(q8, 2, shape, &bytes) || bytes > SIZE_MAX)
+		return 0;
+	rows = ds_calloc(slab, w.k * sizeof *rows, err);
+	dst = fwd_map(f, (size_t)bytes, err);
+	if (rows == NULL || dst == NULL) {
+		free(rows);
+		return ds_err_prefix(err, "MTP module: the draft head");
+	}
+	f->scratch_bytes -= ds_round_up(bytes, 4096);   /* weights, not scratch */
+	for (r0 = 0; r0 < w.n; r0 += slab) {
+		uint64_t n = w.n - r0 < slab ? w.n - r0 : slab, i;
+
+		for (i = 0; i < n; i++)
+			ds_dequant_row(w.type, w.data, w.k, r0 + i, rows + i * w.k);
+		if (ds_quantize_q8(dst + r0 / DS_ROWSET * ds_rowset_bytes(q8, w.k), rows,
+				   n, w.k, q8.group)) {
+			free(rows);
+			return ds_errf(err, "MTP module: the draft head: out of memory");
+		}
+	}
+	free(rows);
+	return ds_mat_init(&f->output, q8, dst, bytes, 2, shape, NULL, err);
+}
+
 /* ---- init / free ------------------------------------------------------------------ */
 
 /* MLA's form: the options', else DS_MLA_FORM from the environment,
@@ -456,6 +507,7 @@ int ds_fwd_init(ds_fwd **out, const ds_model *m, ds_pool *pool,
 		goto fail;
 	}
 	f->mtp = opts && opts->mtp;
+	f->draft_head = opts && opts->draft_head;
 	if (mla_form(f, opts, err))
 		goto fail;
 	if (bind_all(f, err) || ds_fwd_rope_init(f->hp, &f->rope, &scale, err))
@@ -466,7 +518,8 @@ int ds_fwd_init(ds_fwd **out, const ds_model *m, ds_pool *pool,
 		goto fail;
 	f->kern = f->ctx.kern;
 	if (bufs_init(f, err) || (f->ep != NULL && ds_ep_init(f, err)) ||
-	    (f->hp->arch == DS_ARCH_DEEPSEEK2 && ds_mla_derive(f, err)))
+	    (f->hp->arch == DS_ARCH_DEEPSEEK2 && ds_mla_derive(f, err)) ||
+	    draft_head(f, err))
 		goto fail;
 	*out = f;
 	return 0;

@@ -102,6 +102,10 @@ typedef struct ds_fwd_opts {
 				 (docs/deepseek.md section 10; the model
 				 loaded with DS_LOAD_MTP) instead of its
 				 layers: ds_fwd_mtp runs it */
+	int draft_head;       /* with mtp: the module only drafts, so a
+				 bf16, f16 or f32 head is read through a
+				 q8g32 copy (half bf16's bytes; the main
+				 model checks every draft) */
 } ds_fwd_opts;
 
 /* Bind the model's tensors (which must outlive the forward), derive what

@@ -78,13 +78,14 @@ static void mla_side_fn(void *arg, int ith, int nth)
 	const ds_hparams *hp = f->hp;
 	size_t nh = hp->n_head, dn = hp->qk_nope_head_dim, dr = hp->qk_rope_head_dim;
 	size_t rkv = hp->kv_lora_rank, lat = rkv + dr, qhd = dn + dr;
-	size_t b, e, r, row = SIZE_MAX;
+	size_t b, e, r, row = SIZE_MAX, W = nh + (j->rows != 0);
 	float cs[DS_ROPE_MAXDIM];
 	const float *tab = f->rope1 ? f->rope1 : cs;   /* decode: the step's */
 
-	ds_split(j->T * (nh + (j->rows != 0)), ith, nth, &b, &e);
+	/* row-major units, so a thread builds each row's table once */
+	ds_split(j->T * W, ith, nth, &b, &e);
 	for (r = b; r < e; r++) {
-		size_t h = r / j->T, t = r % j->T;
+		size_t h = r % W, t = r / W;
 		float *pe = f->q + (j->t0 + t) * nh * qhd + h * qhd + dn;
 
 		if (j->rows && t != row && tab == cs)

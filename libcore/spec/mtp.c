@@ -195,7 +195,7 @@ static int bufs(mtp *d, uint32_t n_slot, ds_err *err)
 int ds_mtp_open(ds_drafter **out, const ds_mtp_opts *o, ds_err *err)
 {
 	mtp *d = ds_calloc(1, sizeof *d, err);
-	ds_fwd_opts fo = { .max_batch = o->max_batch, .mtp = 1 };
+	ds_fwd_opts fo = { .max_batch = o->max_batch, .mtp = 1, .draft_head = 1 };
 	ds_hparams one;
 
 	*out = NULL;

@@ -101,7 +101,7 @@ for r in d["rows"]:
 # ---- models: -m DIR and --synthetic ----------------------------------------------------
 
 # The fields every plumbing format has, in order (ds-bench(1)).
-FIELDS=model,synthetic,arch,type,n_layer,model_bytes,active_bytes,params,active_params,isa,hugepages,load_s,threads,n_prompt,n_gen,n_ctx,reps,pp_ts,pp_sd,tg_ts,tg_sd,ms_per_tok,ms_per_tok_sd,ttft_ms,ttft_sd,probe_gbs,probe_best_gbs,decode_gbs,bw_ratio,peak_kind,peak_gops,pp_gops,pp_ratio,rss_peak_mib,kv_mib,ranks,pp_comm_bytes,pp_comm_ms,pp_comm_share,pp_wait_max_ms,tg_comm_bytes,tg_comm_ms,tg_comm_share,tg_wait_max_ms
+FIELDS=model,synthetic,arch,type,n_layer,model_bytes,active_bytes,params,active_params,attn_width,isa,hugepages,load_s,threads,n_prompt,n_gen,n_ctx,reps,pp_ts,pp_sd,tg_ts,tg_sd,ms_per_tok,ms_per_tok_sd,ttft_ms,ttft_sd,probe_gbs,probe_best_gbs,decode_gbs,bw_ratio,peak_kind,peak_gops,pp_gops,pp_ratio,rss_peak_mib,kv_mib,ranks,pp_comm_bytes,pp_comm_ms,pp_comm_share,pp_wait_max_ms,tg_comm_bytes,tg_comm_ms,tg_comm_share,tg_wait_max_ms
 
 # A tiny run: 2 rows (p 8,16 x n 4, one thread), 2 repetitions.
 tiny() {
@@ -150,6 +150,12 @@ for r, p in zip(rows, (8, 16)):
     # the ruler is the sustained rate of the passes, beside it the fastest pass
     assert r["probe_best_gbs"] >= r["probe_gbs"] * (1 - 1e-9), r
     assert r["peak_kind"] == "int8", r
+    # test-llama: 2 layers of 4 heads of 16: q.k and the values, 32 a pair;
+    # a p-token prompt attends (p + 1) / 2 keys a token on average
+    assert r["attn_width"] == 2 * 4 * 32, r
+    g = 2 * (r["active_params"] + r["attn_width"] * (p + 1) / 2) * r["pp_ts"] / 1e9
+    assert abs(r["pp_gops"] - g) < 1e-3 * g, (g, r)
+    assert abs(r["pp_ratio"] - r["pp_gops"] / r["peak_gops"]) < 1e-3 * r["pp_ratio"], r
 ' "$FIELDS"
 }
 

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "budget.h"
 #include "harness.h"
 #include "model/forward.h"
 #include "model/ref.h"
@@ -644,8 +645,9 @@ static void test_mtp_pass(void)
 	uint32_t rows[N];
 	ds_pool_opts po = { .threads = 2 };
 	ds_fwd_opts mo = { .max_batch = 32, .mtp = 1 };
+	ds_fwd_opts dro = { .max_batch = 32, .mtp = 1, .draft_head = 1 };
 	ds_pool *pool = NULL;
-	ds_fwd *f = NULL, *g = NULL;
+	ds_fwd *f = NULL, *g = NULL, *d = NULL;
 	ds_kvcache kv, kv1;
 	ds_hparams one;
 	ds_model m;
@@ -674,7 +676,7 @@ static void test_mtp_pass(void)
 	one.n_layer = 1;
 	T_CHECK(ds_ref_mtp(&m, tok, N, ref, &err) == 0);
 	if (ds_pool_init(&pool, &po, &err) || ds_fwd_init(&f, &m, pool, NULL, &err) ||
-	    ds_fwd_init(&g, &m, pool, &mo, &err) ||
+	    ds_fwd_init(&g, &m, pool, &mo, &err) || ds_fwd_init(&d, &m, pool, &dro, &err) ||
 	    ds_kvcache_init(&kv, &m.hp, 1, 64, DS_KV_F32, &err) ||
 	    ds_kvcache_init(&kv1, &one, 1, 64, DS_KV_F32, &err)) {
 		printf("# %s\n", err.msg);
@@ -688,6 +690,9 @@ static void test_mtp_pass(void)
 		T_CHECK(ds_fwd_decode(f, &kv, &b, &err) == 0);
 		ds_fwd_hidden(f, rows, N - 1, hid);
 		T_CHECK(ds_fwd_mtp(g, &kv1, &c, hid, &err) == 0);
+		/* the drafting module: the same cache rows again, a q8 head */
+		ds_kvcache_seq_keep(&kv1, 0, 0);
+		T_CHECK(ds_fwd_mtp(d, &kv1, &c, hid, &err) == 0);
 		/* the main forward runs the main model, the module's only it */
 		T_CHECK(ds_fwd_mtp(f, &kv, &c, hid, &err) == -1);
 		T_CHECK(ds_fwd_decode(g, &kv1, &b, &err) == -1);
@@ -701,11 +706,24 @@ static void test_mtp_pass(void)
 	}
 	printf("# MTP pass against the reference: largest deviation %.3g of the rms\n", worst);
 	T_CHECK(worst <= 1e-5);
+	/* the draft head: the f32 head rounded to q8g32, so q8's budget,
+	 * and a real rounding (not the exact head again) */
+	worst = 0;
+	for (i = 0; i < (N - 1) * V; i++) {
+		size_t row = i / V;
+		double x = fabs((double)ds_fwd_logits(d, row)[i % V] - ref[i]) / r;
+
+		worst = x > worst ? x : worst;
+	}
+	printf("# the q8 draft head against the reference: largest deviation %.3g of "
+	       "the rms\n", worst);
+	T_CHECK(worst > 1e-5 && worst <= BUDGET_Q8.max);
 	ds_kvcache_free(&kv);
 	ds_kvcache_free(&kv1);
 out:
 	ds_fwd_free(f);
 	ds_fwd_free(g);
+	ds_fwd_free(d);
 	if (pool)
 		ds_pool_free(pool);
 	free(ref);
