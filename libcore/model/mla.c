@@ -265,7 +265,8 @@ static void mla_mha(ds_fwd *f, ds_kvcache *kv, const ds_layer *L, uint32_t layer
 	const ds_hparams *hp = f->hp;
 	size_t nh = hp->n_head, dn = hp->qk_nope_head_dim, dr = hp->qk_rope_head_dim;
 	size_t dv = hp->v_head_dim, qhd = dn + dr, P = r->pos0 + r->n, qld = ds_mla_qb_ld(hp);
-	int bf = ds_mla_derived_type(L->wkv_b.type).dt == DS_BF16;
+	/* ds_attn_pack packs k_pe from an even column on */
+	int bf = ds_mla_derived_type(L->wkv_b.type).dt == DS_BF16 && dn % 2 == 0;
 	mla_keys j = { .f = f, .T = r->n, .q = f->q + r->t0 * nh * qhd };
 	ds_attn fa = {
 		.n_head = nh, .n_kv_head = nh,
