@@ -744,6 +744,158 @@ static void attn(const ds_attn_job *a, float *scratch)
 		attn_t(a, scratch, DS_KV_F32, DS_KV_F32);
 }
 
+/* ---- MHA over a packed block (kernels.h ds_attn_blk) ------------------------ */
+
+AI size_t blk_seen(const ds_attn_blk *a, size_t t)
+{
+	return a->diag && a->diag + t < a->nk ? a->diag + t : a->nk;
+}
+
+/* A bf16 pair as one 32-bit lane, broadcast. */
+AI __m256i pair8(const uint16_t *p)
+{
+	int32_t v;
+
+	memcpy(&v, p, 4);
+	return _mm256_set1_epi32(v);
+}
+
+/* Scores of rows t0 .. t0+nt-1 (nt <= 4; the missing rows repeat the
+ * last, not stored) against key group gi, into sc (the tile's rows,
+ * DS_ATTN_BLK apart): the 16 keys' pairs widened to fp32 once for the
+ * four rows. */
+AI void blk_qk8(const ds_attn_blk *a, size_t t0, size_t nt, size_t gi, float *sc)
+{
+	const size_t kp2 = a->kd / 2 + a->kd % 2;
+	const uint16_t *q[4], *k = a->k + gi * kp2 * 32;
+	__m256 acc[4][2];
+	size_t i;
+	int t;
+
+#pragma GCC unroll 4
+	for (t = 0; t < 4; t++) {
+		q[t] = a->q + (t0 + ((size_t)t < nt ? (size_t)t : nt - 1)) * a->q_ld;
+		acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+	}
+	for (i = 0; i < kp2; i++) {
+		__m256i k0 = _mm256_loadu_si256((const void *)(k + i * 32));
+		__m256i k1 = _mm256_loadu_si256((const void *)(k + i * 32 + 16));
+		__m256 e0 = bf_even(k0), o0 = bf_odd(k0), e1 = bf_even(k1), o1 = bf_odd(k1);
+
+#pragma GCC unroll 4
+		for (t = 0; t < 4; t++) {
+			__m256i qw = pair8(q[t] + 2 * i);
+			__m256 qe = bf_even(qw), qo = bf_odd(qw);
+
+			acc[t][0] = _mm256_fmadd_ps(qo, o0, _mm256_fmadd_ps(qe, e0, acc[t][0]));
+			acc[t][1] = _mm256_fmadd_ps(qo, o1, _mm256_fmadd_ps(qe, e1, acc[t][1]));
+		}
+	}
+	/* constant indices, so that acc stays in registers */
+#pragma GCC unroll 4
+	for (t = 0; t < 4; t++) {
+		if ((size_t)t >= nt)
+			continue;
+		_mm256_storeu_ps(sc + t * DS_ATTN_BLK + gi * 16,
+				 _mm256_mul_ps(acc[t][0], _mm256_set1_ps(a->scale)));
+		_mm256_storeu_ps(sc + t * DS_ATTN_BLK + gi * 16 + 8,
+				 _mm256_mul_ps(acc[t][1], _mm256_set1_ps(a->scale)));
+	}
+}
+
+/* Row t's n scores s into weights rounded to bf16, kept as floats in s
+ * (zero from n to np, a multiple of 16), the carried maximum and sum
+ * updated; returns the factor c of the outputs so far. */
+static float blk_weights8(const ds_attn_blk *a, size_t t, float *s, size_t n, size_t np)
+{
+	float *ml = a->ml + t * a->ml_ld, m = row_max(s, n, a->first ? -INFINITY : ml[0]), c;
+	__m256 sum = _mm256_setzero_ps();
+	size_t j;
+
+	for (j = 0; j < np; j += 8) {
+		__m256 keep = _mm256_castsi256_ps(tmask(n > j ? n : j, j));
+		__m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(s + j), _mm256_set1_ps(m)));
+		__m256 r = _mm256_castsi256_ps(_mm256_slli_epi32(to_bf16(_mm256_and_ps(e, keep)), 16));
+
+		_mm256_storeu_ps(s + j, r);
+		sum = _mm256_add_ps(sum, r);
+	}
+	c = a->first ? 0.0f : expf(ml[0] - m);
+	ml[1] = (a->first ? 0.0f : ml[1] * c) + hsum(sum);
+	ml[0] = m;
+	return c;
+}
+
+/* Outputs of rows t0 .. t0+nt-1 (as blk_qk8), values d0 .. d0+15: scaled
+ * by their rows' c, plus the weights w (the tile's rows) times the
+ * values over the first np2 pairs of keys. */
+AI void blk_pv8(const ds_attn_blk *a, size_t t0, size_t nt, size_t d0, size_t np2,
+		const float *w, const float *c)
+{
+	const size_t vdp = (a->vd + 15) / 16 * 16;
+	const uint16_t *v = a->v + d0 * 2;
+	const float *p[4];
+	__m256 acc[4][2];
+	size_t jp;
+	int t, i;
+
+#pragma GCC unroll 4
+	for (t = 0; t < 4; t++) {
+		size_t r = (size_t)t < nt ? (size_t)t : nt - 1;
+		float *o = a->o + (t0 + r) * a->o_ld;
+
+		p[t] = w + r * DS_ATTN_BLK;
+		for (i = 0; i < 2; i++)
+			acc[t][i] = a->first ? _mm256_setzero_ps()
+				  : _mm256_mul_ps(loadm(o, a->vd, d0 + 8 * (size_t)i),
+						  _mm256_set1_ps(c[r]));
+	}
+	for (jp = 0; jp < np2; jp++) {
+		__m256i v0 = _mm256_loadu_si256((const void *)(v + jp * vdp * 2));
+		__m256i v1 = _mm256_loadu_si256((const void *)(v + jp * vdp * 2 + 16));
+		__m256 e0 = bf_even(v0), o0 = bf_odd(v0), e1 = bf_even(v1), o1 = bf_odd(v1);
+
+#pragma GCC unroll 4
+		for (t = 0; t < 4; t++) {
+			__m256 pe = _mm256_broadcast_ss(p[t] + 2 * jp);
+			__m256 po = _mm256_broadcast_ss(p[t] + 2 * jp + 1);
+
+			acc[t][0] = _mm256_fmadd_ps(po, o0, _mm256_fmadd_ps(pe, e0, acc[t][0]));
+			acc[t][1] = _mm256_fmadd_ps(po, o1, _mm256_fmadd_ps(pe, e1, acc[t][1]));
+		}
+	}
+#pragma GCC unroll 4
+	for (t = 0; t < 4; t++)
+#pragma GCC unroll 2
+		for (i = 0; i < 2; i++)
+			if ((size_t)t < nt && d0 + 8 * (size_t)i < a->vd)
+				storem(a->o + (t0 + t) * a->o_ld, a->vd, d0 + 8 * (size_t)i,
+				       acc[t][i]);
+}
+
+/* A tile of up to 4 rows from t0 (avx512.c blk_tile). */
+static void blk_tile8(const ds_attn_blk *a, size_t t0, size_t nt, float *sc)
+{
+	size_t n = blk_seen(a, t0 + nt - 1), ng = (n + 15) / 16, vdp = (a->vd + 15) / 16 * 16;
+	size_t g, t, d;
+	float c[4];
+
+	for (g = 0; g < ng; g++)
+		blk_qk8(a, t0, nt, g, sc);
+	for (t = 0; t < nt; t++)
+		c[t] = blk_weights8(a, t0 + t, sc + t * DS_ATTN_BLK, blk_seen(a, t0 + t), ng * 16);
+	for (d = 0; d < vdp; d += 16)
+		blk_pv8(a, t0, nt, d, (n + 1) / 2, sc, c);
+}
+
+static void attn_blk(const ds_attn_blk *a, float *scratch)
+{
+	size_t t;
+
+	for (t = 0; t < a->nt; t += 4)
+		blk_tile8(a, t, a->nt - t < 4 ? a->nt - t : 4, scratch);
+}
+
 /* ---- probes ------------------------------------------------------------------- */
 
 static uint64_t read_probe(const uint8_t *p, size_t n)
@@ -857,6 +1009,7 @@ void ds_kernels_fill_avx2(ds_kernels *k)
 	k->axpy = axpy;
 	k->rope = rope;
 	k->attn = attn;
+	k->attn_blk = attn_blk;
 	k->read_probe = read_probe;
 	k->peak_probe = peak_probe;
 }

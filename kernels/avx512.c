@@ -1306,6 +1306,175 @@ static void attn(const ds_attn_job *a, float *scratch)
 		attn_t(a, scratch, DS_KV_F32, DS_KV_F32);
 }
 
+/* ---- MHA over a packed block (kernels.h ds_attn_blk) ------------------------ */
+
+/* The keys row t of a block sees. */
+AI size_t blk_seen(const ds_attn_blk *a, size_t t)
+{
+	return a->diag && a->diag + t < a->nk ? a->diag + t : a->nk;
+}
+
+/* Scores of rows t0 .. t0+nt-1 (nt <= 4; the missing rows repeat the
+ * last and are not stored) against the NG key groups from g0, into sc
+ * (rows DS_ATTN_BLK apart): a 4-row by 16 NG-key tile in registers, each
+ * group's vector of 16 keys' value pairs loaded once for the four rows,
+ * each row's pair broadcast from memory. */
+AI void blk_qk(const ds_attn_blk *a, size_t t0, size_t nt, size_t g0, float *sc,
+	       const int NG)
+{
+	const size_t kp2 = a->kd / 2 + a->kd % 2;
+	const uint16_t *q[4], *k = a->k + g0 * kp2 * 32;
+	const __m512 scale = _mm512_set1_ps(a->scale);
+	__m512 acc[4][4];
+	size_t i;
+	int t, g;
+
+#pragma GCC unroll 4
+	for (t = 0; t < 4; t++) {
+		q[t] = a->q + (t0 + ((size_t)t < nt ? (size_t)t : nt - 1)) * a->q_ld;
+#pragma GCC unroll 4
+		for (g = 0; g < NG; g++)
+			acc[t][g] = _mm512_setzero_ps();
+	}
+	for (i = 0; i < kp2; i++) {
+		__m512i kv[4];
+
+#pragma GCC unroll 4
+		for (g = 0; g < NG; g++)
+			kv[g] = _mm512_loadu_si512(k + (g * kp2 + i) * 32);
+#pragma GCC unroll 4
+		for (t = 0; t < 4; t++) {
+			__m512i qb = bcast32(q[t] + 2 * i);
+
+#pragma GCC unroll 4
+			for (g = 0; g < NG; g++)
+				acc[t][g] = dpbf16(acc[t][g], kv[g], qb);
+		}
+	}
+	/* constant indices, so that acc stays in registers */
+#pragma GCC unroll 4
+	for (t = 0; t < 4; t++)
+#pragma GCC unroll 4
+		for (g = 0; g < NG; g++)
+			if ((size_t)t < nt)
+				_mm512_storeu_ps(sc + (t0 + t) * DS_ATTN_BLK + (g0 + g) * 16,
+						 _mm512_mul_ps(acc[t][g], scale));
+}
+
+/* Row t's n scores s into weights rounded to bf16 (pb, zero from n to
+ * np, a multiple of 16), the carried maximum and sum updated; returns
+ * the factor c of the outputs so far. */
+static float blk_weights(const ds_attn_blk *a, size_t t, const float *s, uint16_t *pb,
+			 size_t n, size_t np)
+{
+	float *ml = a->ml + t * a->ml_ld, m = row_max(s, n, a->first ? -INFINITY : ml[0]), c;
+	__m512 sum = _mm512_setzero_ps();
+	size_t j;
+
+	for (j = 0; j < np; j += 16) {
+		__mmask16 mk = j < n ? tail(n, j) : 0;
+		__m512 e = exp512(_mm512_sub_ps(ldm(mk, s + j), _mm512_set1_ps(m)));
+		__m256i b = to_bf16(_mm512_maskz_mov_ps(mk, e));
+
+		_mm256_storeu_si256((void *)(pb + j), b);
+		sum = _mm512_add_ps(sum, _mm512_castsi512_ps(_mm512_slli_epi32(
+			_mm512_cvtepu16_epi32(b), 16)));
+	}
+	c = a->first ? 0.0f : expf(ml[0] - m);
+	ml[1] = (a->first ? 0.0f : ml[1] * c) + _mm512_reduce_add_ps(sum);
+	ml[0] = m;
+	return c;
+}
+
+/* Outputs of rows t0 .. t0+nt-1 (nt <= 4; as blk_qk), values d0 ..
+ * d0+16 NV-1: scaled by their rows' c, plus the weights times the
+ * values over the first np2 pairs of keys, each pair's vector of values
+ * loaded once for the four rows, each row's pair of weights broadcast. */
+AI void blk_pv(const ds_attn_blk *a, size_t t0, size_t nt, size_t d0, size_t np2,
+	       const uint16_t *pb, const float *c, const int NV)
+{
+	const size_t vdp = (a->vd + 15) / 16 * 16;
+	const uint16_t *p[4], *v = a->v + d0 * 2;
+	__mmask16 m[4];
+	__m512 acc[4][4];
+	size_t jp;
+	int t, i;
+
+#pragma GCC unroll 4
+	for (i = 0; i < NV; i++)
+		m[i] = d0 + 16 * i < a->vd ? tail(a->vd, d0 + 16 * i) : 0;
+#pragma GCC unroll 4
+	for (t = 0; t < 4; t++) {
+		size_t r = (size_t)t < nt ? (size_t)t : nt - 1;
+		const float *o = a->o + (t0 + r) * a->o_ld + d0;
+
+		p[t] = pb + r * DS_ATTN_BLK;
+#pragma GCC unroll 4
+		for (i = 0; i < NV; i++)
+			acc[t][i] = a->first ? _mm512_setzero_ps()
+				  : _mm512_mul_ps(ldm(m[i], o + 16 * i), _mm512_set1_ps(c[r]));
+	}
+	for (jp = 0; jp < np2; jp++) {
+		__m512i vv[4];
+
+#pragma GCC unroll 4
+		for (i = 0; i < NV; i++)
+			vv[i] = _mm512_loadu_si512(v + (jp * vdp + 16 * i) * 2);
+#pragma GCC unroll 4
+		for (t = 0; t < 4; t++) {
+			__m512i pp = bcast32(p[t] + 2 * jp);
+
+#pragma GCC unroll 4
+			for (i = 0; i < NV; i++)
+				acc[t][i] = dpbf16(acc[t][i], vv[i], pp);
+		}
+	}
+#pragma GCC unroll 4
+	for (t = 0; t < 4; t++)
+#pragma GCC unroll 4
+		for (i = 0; i < NV; i++)
+			if ((size_t)t < nt)
+				stm(a->o + (t0 + t) * a->o_ld + d0 + 16 * i, m[i], acc[t][i]);
+}
+
+/* A tile of up to 4 rows from t0: its scores over the groups of keys its
+ * last row sees, the weights, then the outputs, 64 values at a time. */
+static void blk_tile(const ds_attn_blk *a, size_t t0, size_t nt, float *sc, uint16_t *pb)
+{
+	size_t n = blk_seen(a, t0 + nt - 1), ng = (n + 15) / 16, vdp = (a->vd + 15) / 16 * 16;
+	size_t g, t, d;
+	float c[4];
+
+	for (g = 0; g < ng; g += 4) {
+		switch (ng - g < 4 ? ng - g : 4) {
+		case 1: blk_qk(a, t0, nt, g, sc, 1); break;
+		case 2: blk_qk(a, t0, nt, g, sc, 2); break;
+		case 3: blk_qk(a, t0, nt, g, sc, 3); break;
+		default: blk_qk(a, t0, nt, g, sc, 4); break;
+		}
+	}
+	for (t = 0; t < nt; t++)
+		c[t] = blk_weights(a, t0 + t, sc + (t0 + t) * DS_ATTN_BLK,
+				   pb + t * DS_ATTN_BLK, blk_seen(a, t0 + t), ng * 16);
+	for (d = 0; d < vdp; d += 64) {
+		switch ((vdp - d) / 16 < 4 ? (vdp - d) / 16 : 4) {
+		case 1: blk_pv(a, t0, nt, d, (n + 1) / 2, pb, c, 1); break;
+		case 2: blk_pv(a, t0, nt, d, (n + 1) / 2, pb, c, 2); break;
+		case 3: blk_pv(a, t0, nt, d, (n + 1) / 2, pb, c, 3); break;
+		default: blk_pv(a, t0, nt, d, (n + 1) / 2, pb, c, 4); break;
+		}
+	}
+}
+
+static void attn_blk(const ds_attn_blk *a, float *scratch)
+{
+	uint16_t *pb = (uint16_t *)(scratch + DS_ATTN_TOKENS * DS_ATTN_BLK);
+	size_t t;
+
+	for (t = 0; t < a->nt; t += 4)
+		blk_tile(a, t, a->nt - t < 4 ? a->nt - t : 4, scratch, pb);
+}
+
 /* ---- probes ------------------------------------------------------------------- */
 
 static uint64_t read_probe(const uint8_t *p, size_t n)
@@ -1422,6 +1591,7 @@ void ds_kernels_fill_avx512(ds_kernels *k)
 	k->axpy = axpy;
 	k->rope = rope;
 	k->attn = attn;
+	k->attn_blk = attn_blk;
 	k->read_probe = read_probe;
 	k->peak_probe = ds_avx512_peak_probe;
 }

@@ -201,6 +201,67 @@ typedef struct ds_attn_job {
 #define DS_ATTN_SCRATCH(g, kdim, vdim) \
 	((size_t)(g) * (DS_ATTN_CHUNK + 4) + (size_t)(kdim) + (size_t)(vdim) + 64)
 
+/* MHA over one block of keys packed in bf16 (MLA's MHA form for prompt
+ * tokens, whose keys and values are expanded from the latent cache per
+ * block anyway): both products as bf16 pairs into fp32 (vdpbf16ps), the
+ * layout making every key group and value row a vector load.  The block's
+ * up to DS_ATTN_BLK keys, packed by ds_attn_pack_k and ds_attn_pack_v:
+ *   K  groups of 16 keys; in group gi, for each pair of values (2i, 2i+1)
+ *      the 16 keys' pairs: halfword ((gi * kp2 + i) * 16 + key) * 2 + e,
+ *      kp2 = ceil(kd / 2);
+ *   V  pairs of keys; in pair jp, value d of the two keys side by side:
+ *      halfword (jp * vdp + d) * 2 + (j & 1), vdp = vd rounded up to 16;
+ * zero past the nk keys (to a whole group, a whole pair) and past kd, vd.
+ *
+ * Row t (t < nt, consecutive positions) sees the keys j < n_t = nk, or
+ * min(nk, diag + t) for causal rows (diag >= 1), at least one.  With q,
+ * k, v the bf16 values and the sums in fp32:
+ *   s_j = scale * sum_i q[t][i] k[j][i]
+ *   m' = max(m, max_j s_j),  p_j = bf16(e^(s_j - m')),  c = e^(m - m')
+ *   l  = c l + sum_j p_j,    o[t] = c o[t] + sum_j p_j v_j
+ * the running maximum m and sum l carried in ml[t * ml_ld] and
+ * ml[t * ml_ld + 1] (`first`: m = -inf, l = 0, o = 0); the caller divides
+ * o by l after the last block, as ds_attn_job's blocks.  The weights p
+ * are rounded to bf16 for the second product and summed as rounded, so
+ * the division normalizes exactly the weights that were used. */
+#define DS_ATTN_BLK 256
+typedef struct ds_attn_blk {
+	const uint16_t *q;     /* nt rows of bf16, q + t * q_ld: kd values,
+				  zero to an even count; q_ld even */
+	size_t q_ld;
+	size_t nt;             /* rows, 1 .. DS_ATTN_TOKENS */
+	const uint16_t *k, *v; /* the block, packed */
+	size_t kd, vd;         /* key and value widths */
+	size_t nk;             /* keys, 1 .. DS_ATTN_BLK */
+	size_t diag;
+	float scale;
+	float *o;              /* nt rows of vd floats, o + t * o_ld */
+	size_t o_ld;
+	float *ml;             /* [nt] running maximum and sum, ml_ld apart */
+	size_t ml_ld;
+	int first;
+} ds_attn_blk;
+
+/* Floats of scratch of an attn_blk call (64-byte aligned). */
+#define DS_ATTN_BLK_SCRATCH ((size_t)DS_ATTN_TOKENS * DS_ATTN_BLK * 3 / 2 + 64)
+
+/* Halfwords of a packed block of nk keys of kd values (K), of vd (V);
+ * 0 if nk > DS_ATTN_BLK or the widths overflow. */
+size_t ds_attn_pack_k_size(size_t nk, size_t kd);
+size_t ds_attn_pack_v_size(size_t nk, size_t vd);
+/* Columns c0 .. c0+nc-1 of the keys j0 .. j0+nj-1, bf16 (key j's at src
+ * + (j - j0) * ld), into the packed K of width kd; c0 even, j0 a
+ * multiple of 16, j0 + nj a multiple of 16 or nk; the keys past nk (to
+ * the group) zero, and past an odd nc the pair's partner.  Packing a
+ * block's columns in parts gives the same as at once. */
+void ds_attn_pack_k(uint16_t *k, size_t kd, size_t nk, size_t j0, size_t nj,
+		    size_t c0, size_t nc, const uint16_t *src, size_t ld);
+/* The values of keys j0 .. j0+nj-1, bf16 (src + (j - j0) * ld, vd of
+ * them), into the packed V; j0 even, j0 + nj even or the block's end
+ * (then the partner of an odd last key zero); the values past vd zero. */
+void ds_attn_pack_v(uint16_t *v, size_t vd, size_t j0, size_t nj, const uint16_t *src,
+		    size_t ld);
+
 /* enum ds_rope_style is in types.h (shared with the hyper-parameters). */
 
 typedef struct ds_kernels {
@@ -257,6 +318,8 @@ typedef struct ds_kernels {
 	/* scratch: DS_ATTN_SCRATCH(j->g, j->k.dim, j->v.dim) floats, 64-byte
 	 * aligned */
 	void (*attn)(const ds_attn_job *j, float *scratch);
+	/* scratch: DS_ATTN_BLK_SCRATCH floats, 64-byte aligned */
+	void (*attn_blk)(const ds_attn_blk *j, float *scratch);
 
 	/* ---- measurement probes (ds-bench) ---- */
 	/* Read n bytes (a multiple of 256) with the widest loads; the result

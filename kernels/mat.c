@@ -7,6 +7,7 @@
  * it, so the ISA files and the dispatch in kernels.c both stand on it.
  */
 #include <stdint.h>
+#include <string.h>
 
 #include "kernels.h"
 
@@ -104,4 +105,90 @@ size_t ds_kv_row_bytes(enum ds_kvtype t, size_t dim)
 size_t ds_kv_col_offset(enum ds_kvtype t, size_t col)
 {
 	return ds_kv_row_bytes(t, col);
+}
+
+/* ---- packed blocks of keys (ds_attn_blk) ---------------------------------------- */
+
+size_t ds_attn_pack_k_size(size_t nk, size_t kd)
+{
+	size_t kp2 = kd / 2 + kd % 2;
+
+	if (nk > DS_ATTN_BLK || kp2 > SIZE_MAX / 2 / DS_ATTN_BLK / 2)
+		return 0;
+	return (nk + 15) / 16 * 16 * kp2 * 2;
+}
+
+size_t ds_attn_pack_v_size(size_t nk, size_t vd)
+{
+	size_t vdp = vd / 16 * 16 + (vd % 16 ? 16 : 0);
+
+	if (nk > DS_ATTN_BLK || vd > SIZE_MAX / 2 / DS_ATTN_BLK / 2 - 16)
+		return 0;
+	return (nk + 1) / 2 * 2 * vdp;
+}
+
+/* Word i (values 2i, 2i+1) of bf16 row r of nc values, the partner
+ * past nc zero. */
+static uint32_t pack_word(const uint16_t *r, size_t i, size_t nc)
+{
+	uint32_t lo = r[2 * i], hi = 2 * i + 1 < nc ? r[2 * i + 1] : 0;
+
+	return lo | hi << 16;
+}
+
+/* One key's np words into its lane of a group (32 halfwords apart):
+ * the row's whole pairs as they are, an odd last value with a zero. */
+static void pack_key(uint16_t *g, const uint16_t *r, size_t nc)
+{
+	size_t i;
+
+	for (i = 0; i < nc / 2; i++)
+		memcpy(g + i * 32, r + 2 * i, 4);
+	if (nc % 2) {
+		uint32_t w = pack_word(r, i, nc);
+
+		memcpy(g + i * 32, &w, 4);
+	}
+}
+
+void ds_attn_pack_k(uint16_t *k, size_t kd, size_t nk, size_t j0, size_t nj,
+		    size_t c0, size_t nc, const uint16_t *src, size_t ld)
+{
+	size_t kp2 = kd / 2 + kd % 2, end = j0 + nj == nk ? (nk + 15) / 16 * 16 : j0 + nj;
+	size_t j, i, np = nc / 2 + nc % 2;
+
+	for (j = j0; j < end; j++) {
+		uint16_t *g = k + (j / 16 * kp2 * 16 + c0 / 2 * 16 + j % 16) * 2;
+
+		if (j < j0 + nj) {
+			pack_key(g, src + (j - j0) * ld, nc);
+			continue;
+		}
+		for (i = 0; i < np; i++)
+			memset(g + i * 32, 0, 4);
+	}
+}
+
+void ds_attn_pack_v(uint16_t *v, size_t vd, size_t j0, size_t nj, const uint16_t *src,
+		    size_t ld)
+{
+	size_t vdp = vd / 16 * 16 + (vd % 16 ? 16 : 0), j, d;
+
+	for (j = j0; j < j0 + nj; j += 2) {
+		const uint16_t *r0 = src + (j - j0) * ld, *r1 = r0 + ld;
+		uint16_t *o = v + j / 2 * vdp * 2;
+
+		if (j + 1 < j0 + nj) {
+			for (d = 0; d < vd; d++) {
+				o[2 * d] = r0[d];
+				o[2 * d + 1] = r1[d];
+			}
+		} else {
+			for (d = 0; d < vd; d++) {
+				o[2 * d] = r0[d];
+				o[2 * d + 1] = 0;
+			}
+		}
+		memset(o + 2 * vd, 0, (vdp - vd) * 4);
+	}
 }

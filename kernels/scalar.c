@@ -390,6 +390,64 @@ static void attn(const ds_attn_job *a, float *scratch)
 		attn_row(a, h);
 }
 
+/* ---- MHA over a packed block (ds_attn_blk) ------------------------------------ */
+
+/* Value i of key j of a packed K, of a packed V. */
+static float blk_k(const ds_attn_blk *a, size_t j, size_t i)
+{
+	size_t kp2 = a->kd / 2 + a->kd % 2;
+
+	return ds_bf16_to_f32(a->k[((j / 16 * kp2 + i / 2) * 16 + j % 16) * 2 + i % 2]);
+}
+
+static float blk_v(const ds_attn_blk *a, size_t j, size_t d)
+{
+	size_t vdp = (a->vd + 15) / 16 * 16;
+
+	return ds_bf16_to_f32(a->v[(j / 2 * vdp + d) * 2 + j % 2]);
+}
+
+/* Row t: the scores into s, the carried maximum and sum rescaled, the
+ * weights rounded to bf16 as the definition (kernels.h) has them. */
+static void blk_row(const ds_attn_blk *a, size_t t, float *s)
+{
+	const uint16_t *q = a->q + t * a->q_ld;
+	float *o = a->o + t * a->o_ld, *ml = a->ml + t * a->ml_ld;
+	size_t n = a->diag && a->diag + t < a->nk ? a->diag + t : a->nk, j, i;
+	float m = a->first ? -INFINITY : ml[0], c;
+	double l = a->first ? 0 : ml[1];
+
+	for (j = 0; j < n; j++) {
+		double d = 0;
+
+		for (i = 0; i < a->kd; i++)
+			d += (double)ds_bf16_to_f32(q[i]) * blk_k(a, j, i);
+		s[j] = (float)d * a->scale;
+		m = s[j] > m ? s[j] : m;
+	}
+	c = a->first ? 0 : expf(ml[0] - m);
+	for (i = 0; i < a->vd; i++)
+		o[i] = a->first ? 0 : o[i] * c;
+	l *= c;
+	for (j = 0; j < n; j++) {
+		float p = ds_bf16_to_f32(ds_f32_to_bf16(expf(s[j] - m)));
+
+		l += p;
+		for (i = 0; i < a->vd; i++)
+			o[i] += p * blk_v(a, j, i);
+	}
+	ml[0] = m;
+	ml[1] = (float)l;
+}
+
+static void attn_blk(const ds_attn_blk *a, float *scratch)
+{
+	size_t t;
+
+	for (t = 0; t < a->nt; t++)
+		blk_row(a, t, scratch);
+}
+
 /* ---- probes ------------------------------------------------------------------- */
 
 static uint64_t read_probe(const uint8_t *p, size_t n)
@@ -449,6 +507,7 @@ void ds_kernels_fill_scalar(ds_kernels *k)
 	k->kv_store = kv_store;
 	k->kv_load = kv_load;
 	k->attn = attn;
+	k->attn_blk = attn_blk;
 	k->read_probe = read_probe;
 	k->peak_probe = peak_probe;
 }

@@ -113,7 +113,10 @@ struct ds_fwd {
 	int mla_form;                    /* enum ds_mla_form */
 	float *mla_lat;                  /* (DS_MLA_KEYS, rkv+dr) cache rows */
 	float *mla_kv;                   /* (DS_MLA_KEYS, nh*(dn+dv)) k_nope, v */
-	float *mla_kr;                   /* (DS_MLA_KEYS, nh*(dn+dr)) keys */
+	float *mla_kr;                   /* (DS_MLA_KEYS, nh*(dn+dr)) keys (fp32) */
+	uint16_t *mla_qb;                /* (T, nh, ds_mla_qb_ld) bf16 queries */
+	uint16_t *mla_kp, *mla_vp;       /* (nh) packed blocks of keys, values
+					    (kernels.h ds_attn_blk) */
 	float *mla_ml;                   /* (T, nh, 2) softmax max and sum */
 	float *rl;                       /* (T, E) router logits */
 	int32_t *eids;                   /* (T, n_used) */
@@ -178,9 +181,15 @@ int ds_mla_derive(ds_fwd *f, ds_err *err);
  * Hugging Face code, whatever rms_norm_eps says. */
 #define DS_LORA_EPS 1e-6f
 
-/* Keys decompressed at a time in MLA's MHA form: a multiple of
- * DS_ATTN_CHUNK, as the blocks of keys of ds_attn must be. */
-#define DS_MLA_KEYS 256
+/* Keys decompressed at a time in MLA's MHA form: one block of the
+ * attention kernel (ds_attn_blk). */
+#define DS_MLA_KEYS DS_ATTN_BLK
+/* The row of a bf16 query in that form: dn + dr rounded up to 32, as
+ * bf16_row writes. */
+static inline size_t ds_mla_qb_ld(const ds_hparams *hp)
+{
+	return ((size_t)hp->qk_nope_head_dim + hp->qk_rope_head_dim + 31) / 32 * 32;
+}
 /* MLA attention of the projected rows q (T, nh*(dn+dr)) and k (T,
  * rkv+dr): c normalized, q_pe and k_pe rotated, the rows into the cache,
  * then attention, each run absorbed or in the MHA form (ds_run.prompt,

@@ -162,6 +162,8 @@ typedef struct mla_keys {
 	const ds_fwd *f;
 	ds_kv kc;
 	size_t k0, n;
+	size_t T;                  /* the run's tokens (mla_q_fn) */
+	const float *q;            /* their queries */
 } mla_keys;
 
 /* The cache rows [c_n | k_pe] as floats into f->mla_lat. */
@@ -174,6 +176,21 @@ static void keys_read_fn(void *arg, int ith, int nth)
 	for (p = b; p < e; p++)
 		j->f->kern->kv_load(j->kc.type, j->kc.data + (j->k0 + p) * j->kc.ld, lat,
 				    j->f->mla_lat + p * lat);
+}
+
+/* The run's queries rounded to bf16 into f->mla_qb (rows of
+ * ds_mla_qb_ld values, zero past dn + dr). */
+static void mla_q_fn(void *arg, int ith, int nth)
+{
+	const mla_keys *j = arg;
+	const ds_fwd *f = j->f;
+	const ds_hparams *hp = f->hp;
+	size_t nh = hp->n_head, qhd = hp->qk_nope_head_dim + hp->qk_rope_head_dim;
+	size_t ld = ds_mla_qb_ld(hp), b, e, r;
+
+	ds_split(j->T * nh, ith, nth, &b, &e);
+	for (r = b; r < e; r++)
+		f->kern->bf16_row(j->q + r * qhd, qhd, ld, NULL, NULL, 1.0f, f->mla_qb + r * ld);
 }
 
 /* Each head's key rows [k_nope | k_pe] (the rope part shared by the
@@ -196,15 +213,50 @@ static void keys_build_fn(void *arg, int ith, int nth)
 	}
 }
 
+/* The attention of a block in fp32 (f32 and f16 attn_kv_b, whose
+ * products round nothing): the keys built in f->mla_kr. */
+static void mha_block_f32(ds_fwd *f, const mla_keys *j, ds_attn *a, size_t P)
+{
+	ds_pool_run(f->pool, keys_build_fn, (void *)j);
+	a->k0 = j->k0;
+	a->nk = j->n;
+	a->last = j->k0 + j->n == P;
+	ds_attention(&f->ctx, a, j->T);
+}
+
+/* The attention of a block in bf16 (the other types, whose derived
+ * matrices are bf16 too): keys and values packed for ds_attention_blk. */
+static void mha_block_bf16(ds_fwd *f, const mla_keys *j, ds_attn_pk *a, size_t P)
+{
+	const ds_hparams *hp = f->hp;
+	size_t nh = hp->n_head, dn = hp->qk_nope_head_dim, dr = hp->qk_rope_head_dim;
+	size_t dv = hp->v_head_dim, lat = hp->kv_lora_rank + dr;
+	ds_attn_src s = {
+		.n_head = nh, .n = j->n,
+		.ka = f->mla_kv, .ka_ld = nh * (dn + dv), .ka_hs = dn + dv, .na = dn,
+		.kb = f->mla_lat + lat - dr, .kb_ld = lat, .nb = dr,
+		.va = f->mla_kv + dn, .va_ld = nh * (dn + dv), .va_hs = dn + dv, .vd = dv,
+		.k = f->mla_kp, .k_hs = a->k_hs, .v = f->mla_vp, .v_hs = a->v_hs,
+	};
+
+	ds_attn_pack(&f->ctx, &s);
+	a->k0 = j->k0;
+	a->nk = j->n;
+	a->last = j->k0 + j->n == P;
+	ds_attention_blk(&f->ctx, a, j->T);
+}
+
 /* Run r in the MHA form: its keys DS_MLA_KEYS at a time decompressed
  * from the cache through attn_kv_b (k_nope and v of every head), and
  * the run's tokens attending each block with their softmax carried from
- * block to block (ds_attn ml):
+ * block to block (ds_attn ml, ds_attn_pk ml):
  *   s[t][h](p) = scale ([q_nope | q_pe][t][h] . [k_nope[h](p) | k_pe(p)])
  *   o[t][h]    = sum_p softmax_p(s) v[h](p)
- * the reference pass's equations.  Per key it costs a product of the
- * latent row by attn_kv_b (at the matrix kernels' rate) and
- * (dn + dr + dv) per head and token, against the absorbed form's
+ * the reference pass's equations; the products in bf16 pairs where the
+ * derived matrices are bf16 (ds_mla_derived_type: the weights' own
+ * rounding is bf16's or coarser), else in fp32.  Per key it costs a
+ * product of the latent row by attn_kv_b (at the matrix kernels' rate)
+ * and (dn + dr + dv) per head and token, against the absorbed form's
  * (2 rkv + dr) per head and token: the cheaper for a run of several
  * tokens. */
 static void mla_mha(ds_fwd *f, ds_kvcache *kv, const ds_layer *L, uint32_t layer,
@@ -212,9 +264,11 @@ static void mla_mha(ds_fwd *f, ds_kvcache *kv, const ds_layer *L, uint32_t layer
 {
 	const ds_hparams *hp = f->hp;
 	size_t nh = hp->n_head, dn = hp->qk_nope_head_dim, dr = hp->qk_rope_head_dim;
-	size_t dv = hp->v_head_dim, qhd = dn + dr, P = r->pos0 + r->n;
-	mla_keys j = { .f = f };
-	ds_attn a = {
+	size_t dv = hp->v_head_dim, qhd = dn + dr, P = r->pos0 + r->n, qld = ds_mla_qb_ld(hp);
+	/* ds_attn_pack packs k_pe from an even column on */
+	int bf = ds_mla_derived_type(L->wkv_b.type).dt == DS_BF16 && dn % 2 == 0;
+	mla_keys j = { .f = f, .T = r->n, .q = f->q + r->t0 * nh * qhd };
+	ds_attn fa = {
 		.n_head = nh, .n_kv_head = nh,
 		.q = f->q + r->t0 * nh * qhd, .q_ld = nh * qhd, .q_hs = qhd,
 		.k = { DS_KV_F32, (uint8_t *)f->mla_kr, nh * qhd * sizeof(float),
@@ -224,21 +278,30 @@ static void mla_mha(ds_fwd *f, ds_kvcache *kv, const ds_layer *L, uint32_t layer
 		.o = f->o + r->t0 * nh * dv, .o_ld = nh * dv, .o_hs = dv,
 		.scale = f->attn_scale, .pos0 = r->pos0, .ml = f->mla_ml,
 	};
+	ds_attn_pk a = {
+		.n_head = nh, .q = f->mla_qb, .q_ld = nh * qld, .q_hs = qld,
+		.k = f->mla_kp, .k_hs = ds_attn_pack_k_size(DS_MLA_KEYS, qhd),
+		.v = f->mla_vp, .v_hs = ds_attn_pack_v_size(DS_MLA_KEYS, dv),
+		.kd = qhd, .vd = dv,
+		.o = f->o + r->t0 * nh * dv, .o_ld = nh * dv, .o_hs = dv,
+		.scale = f->attn_scale, .pos0 = r->pos0, .ml = f->mla_ml,
+	};
 	ds_in in = { .x = f->mla_lat, .ld = hp->kv_lora_rank + dr };
 	ds_mm_out out = { .w = &L->wkv_b, .y = f->mla_kv };
 	ds_kv vc;
 
 	ds_kvcache_layer(kv, r->seq, layer, &j.kc, &vc);
+	if (bf)
+		ds_pool_run(f->pool, mla_q_fn, &j);
 	for (j.k0 = 0; j.k0 < P; j.k0 += DS_MLA_KEYS) {
 		j.n = P - j.k0 < DS_MLA_KEYS ? P - j.k0 : DS_MLA_KEYS;
 		ds_pool_run(f->pool, keys_read_fn, &j);
 		in.t = j.n;
 		ds_matmul_many(&f->ctx, &in, &out, 1);
-		ds_pool_run(f->pool, keys_build_fn, &j);
-		a.k0 = j.k0;
-		a.nk = j.n;
-		a.last = j.k0 + j.n == P;
-		ds_attention(&f->ctx, &a, r->n);
+		if (bf)
+			mha_block_bf16(f, &j, &a, P);
+		else
+			mha_block_f32(f, &j, &fa, P);
 	}
 }
 

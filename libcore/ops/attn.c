@@ -392,3 +392,124 @@ void ds_attention_rows(ds_ctx *c, const ds_attn *a, const ds_attn_rows *in,
 	DS_ASSERT(a->k.type != DS_KV_Q8 || (a->k.dim % DS_QBLOCK == 0 && a->v.dim % DS_QBLOCK == 0));
 	attention(c, a, in, t);
 }
+
+/* ---- MHA over packed blocks of keys ---------------------------------------------- */
+
+struct blk_job {
+	ds_ctx *c;
+	const ds_attn_pk *a;
+	size_t t, ntb;              /* tokens, their tiles of DS_ATTN_TOKENS */
+};
+
+/* Unit u = (head, tile of DS_ATTN_TOKENS tokens) against the head's
+ * block; the tile's tokens before the block are left out. */
+static void blk_unit(const struct blk_job *j, size_t u, float *scratch)
+{
+	const ds_attn_pk *a = j->a;
+	size_t h = u / j->ntb, t0 = u % j->ntb * DS_ATTN_TOKENS, t;
+	size_t t1 = t0 + DS_ATTN_TOKENS < j->t ? t0 + DS_ATTN_TOKENS : j->t;
+	size_t ta = a->pos0 + t0 < a->k0 ? a->k0 - a->pos0 : t0;
+	ds_attn_blk w = {
+		.q_ld = a->q_ld, .k = a->k + h * a->k_hs, .v = a->v + h * a->v_hs,
+		.kd = a->kd, .vd = a->vd, .nk = a->nk, .scale = a->scale,
+		.o_ld = a->o_ld, .ml_ld = a->n_head * 2, .first = a->k0 == 0,
+	};
+
+	if (ta < t1) {
+		w.q = a->q + ta * a->q_ld + h * a->q_hs;
+		w.nt = t1 - ta;
+		w.o = a->o + ta * a->o_ld + h * a->o_hs;
+		w.ml = a->ml + (ta * a->n_head + h) * 2;
+		w.diag = a->pos0 + ta + 1 - a->k0;
+		j->c->kern->attn_blk(&w, scratch);
+	}
+	for (t = t0; a->last && t < t1; t++) {
+		float *o = a->o + t * a->o_ld + h * a->o_hs;
+		float c = 1.0f / a->ml[(t * a->n_head + h) * 2 + 1];
+		size_t i;
+
+		for (i = 0; i < a->vd; i++)
+			o[i] *= c;
+	}
+}
+
+static void blk_fn(void *arg, int ith, int nth)
+{
+	struct blk_job *j = arg;
+	float *scratch = ops_thr(j->c, ith);
+	size_t u;
+
+	for (u = (size_t)ith; u < j->ntb * j->a->n_head; u += (size_t)nth)
+		blk_unit(j, u, scratch);
+}
+
+void ds_attention_blk(ds_ctx *c, const ds_attn_pk *a, size_t t)
+{
+	struct blk_job j = { .c = c, .a = a, .t = t,
+			     .ntb = (t + DS_ATTN_TOKENS - 1) / DS_ATTN_TOKENS };
+
+	DS_ASSERT(a->nk >= 1 && a->nk <= DS_ATTN_BLK && a->q_ld % 2 == 0 && a->q_hs % 2 == 0);
+	ops_run(c, blk_fn, &j);
+}
+
+/* ---- packing a block of keys ------------------------------------------------- */
+
+struct pack_job {
+	ds_ctx *c;
+	const ds_attn_src *s;
+	size_t ng;                  /* groups of 16 keys */
+};
+
+/* n rows of w floats (src, ld apart) rounded to bf16 into dst, rows of
+ * w rounded up to 32 (bf16_row's whole vectors). */
+static void pack_rows(const ds_kernels *K, const float *src, size_t ld, size_t n,
+		      size_t w, uint16_t *dst)
+{
+	size_t j;
+
+	for (j = 0; j < n; j++)
+		K->bf16_row(src + j * ld, w, ds_round_up(w, 32), NULL, NULL, 1.0f,
+			    dst + j * ds_round_up(w, 32));
+}
+
+/* Unit u = (head, group of 16 keys): the rows rounded in the thread's
+ * scratch, then laid out. */
+static void pack_unit(const struct pack_job *j, size_t u, uint16_t *tmp)
+{
+	const ds_attn_src *s = j->s;
+	const ds_kernels *K = j->c->kern;
+	size_t h = u / j->ng, j0 = u % j->ng * 16, nj = s->n - j0 < 16 ? s->n - j0 : 16;
+	size_t la = ds_round_up(s->na, 32), lb = ds_round_up(s->nb, 32), lv = ds_round_up(s->vd, 32);
+	size_t kd = s->na + s->nb;
+	uint16_t *ta = tmp, *tb = ta + 16 * la, *tv = tb + 16 * lb;
+
+	pack_rows(K, s->ka + j0 * s->ka_ld + h * s->ka_hs, s->ka_ld, nj, s->na, ta);
+	ds_attn_pack_k(s->k + h * s->k_hs, kd, s->n, j0, nj, 0, s->na, ta, la);
+	if (s->nb) {
+		pack_rows(K, s->kb + j0 * s->kb_ld, s->kb_ld, nj, s->nb, tb);
+		ds_attn_pack_k(s->k + h * s->k_hs, kd, s->n, j0, nj, s->na, s->nb, tb, lb);
+	}
+	pack_rows(K, s->va + j0 * s->va_ld + h * s->va_hs, s->va_ld, nj, s->vd, tv);
+	ds_attn_pack_v(s->v + h * s->v_hs, s->vd, j0, nj, tv, lv);
+}
+
+static void pack_fn(void *arg, int ith, int nth)
+{
+	struct pack_job *j = arg;
+	uint16_t *tmp = ops_thr(j->c, ith);
+	size_t b, e, u;
+
+	ds_split(j->ng * j->s->n_head, ith, nth, &b, &e);
+	for (u = b; u < e; u++)
+		pack_unit(j, u, tmp);
+}
+
+void ds_attn_pack(ds_ctx *c, const ds_attn_src *s)
+{
+	struct pack_job j = { .c = c, .s = s, .ng = (s->n + 15) / 16 };
+	size_t w = ds_round_up(s->na, 32) + ds_round_up(s->nb, 32) + ds_round_up(s->vd, 32);
+
+	DS_ASSERT(s->n >= 1 && s->n <= DS_ATTN_BLK && s->na % 2 == 0 &&
+		  w <= c->thr_bytes / 16 / sizeof(uint16_t));
+	ops_run(c, pack_fn, &j);
+}

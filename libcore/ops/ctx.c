@@ -114,6 +114,11 @@ int ds_ctx_init(ds_ctx *c, ds_pool *pool, const ds_ctx_cfg *cfg, ds_err *err)
 	thr = 2 * TB_MAX * FFN_LD * sizeof(float);
 	if (DS_ATTN_SCRATCH(g->max_group, g->max_head, g->max_head) * sizeof(float) > thr)
 		thr = DS_ATTN_SCRATCH(g->max_group, g->max_head, g->max_head) * sizeof(float);
+	if (DS_ATTN_BLK_SCRATCH * sizeof(float) > thr)
+		thr = DS_ATTN_BLK_SCRATCH * sizeof(float);
+	/* ds_attn_pack: 16 keys' rows of three parts, none wider than max_head */
+	if (16 * 3 * ds_round_up(g->max_head, 32) * sizeof(uint16_t) > thr)
+		thr = 16 * 3 * ds_round_up(g->max_head, 32) * sizeof(uint16_t);
 	if ((g->max_rope + 16) * sizeof(float) > thr)
 		thr = (g->max_rope + 16) * sizeof(float);
 	if (3 * (g->moe_experts + 16) * sizeof(float) > thr)

@@ -326,6 +326,47 @@ typedef struct ds_attn {
 
 void ds_attention(ds_ctx *c, const ds_attn *a, size_t t);
 
+/* Causal MHA of T query tokens at positions pos0 .. pos0+T-1 over one
+ * block of keys k0 .. k0+nk-1 (nk <= DS_ATTN_BLK) packed in bf16 per
+ * head (kernels.h ds_attn_blk): MLA's MHA form, its keys expanded from
+ * the cache a block at a time.  Every (token, head)'s running maximum and
+ * sum carry in ml + (t * n_head + h) * 2 from the block at k0 0 on; the
+ * `last` block divides the outputs by the sums.  The tokens before k0
+ * are left out. */
+typedef struct ds_attn_pk {
+	size_t n_head;
+	const uint16_t *q;  /* q[t][h] at q + t * q_ld + h * q_hs, bf16, kd
+			       values then zero to an even count */
+	size_t q_ld, q_hs;
+	const uint16_t *k, *v;   /* head h's block at k + h * k_hs, v + h * v_hs */
+	size_t k_hs, v_hs;
+	size_t kd, vd;
+	float *o;           /* o[t][h] at o + t * o_ld + h * o_hs, vd floats */
+	size_t o_ld, o_hs;
+	float scale;
+	size_t pos0, k0, nk;
+	float *ml;
+	int last;
+} ds_attn_pk;
+
+void ds_attention_blk(ds_ctx *c, const ds_attn_pk *a, size_t t);
+
+/* The keys and values of a block of n keys (n <= DS_ATTN_BLK), nh heads,
+ * rounded to bf16 and packed for ds_attention_blk: key j of head h is
+ * ka[j][h] (na floats at ka + j * ka_ld + h * ka_hs) then kb[j] (nb
+ * floats at kb + j * kb_ld, the same for every head), its value va[j][h]
+ * (vd floats); into k + h * k_hs and v + h * v_hs.  na even; 16 keys of
+ * every width must fit a thread's scratch (checked). */
+typedef struct ds_attn_src {
+	size_t n_head, n;
+	const float *ka, *kb, *va;
+	size_t ka_ld, ka_hs, na, kb_ld, nb, va_ld, va_hs, vd;
+	uint16_t *k, *v;
+	size_t k_hs, v_hs;
+} ds_attn_src;
+
+void ds_attn_pack(ds_ctx *c, const ds_attn_src *s);
+
 /* ds_attention with the last steps of its inputs in the same pool job,
  * before a barrier: the q rows (a->q, n_head heads of a->q_hs) and the
  * new key rows k (n_kv_head heads of hs) rotated in place by r at

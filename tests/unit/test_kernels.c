@@ -1145,6 +1145,152 @@ static void test_attention(void)
 	}
 }
 
+/* ---- MHA over packed bf16 blocks (ds_attn_blk) ------------------------------ */
+
+/* Values rounded to bf16, in place. */
+static void to_bf16(float *x, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		x[i] = ds_bf16_to_f32(ds_f32_to_bf16(x[i]));
+}
+
+/* Row t's reference in double: the softmax over its first n keys of the
+ * bf16 q, k and v, without rounding the weights; the largest score's
+ * magnitude bound into *qk. */
+static void blk_ref(const float *q, const float *kf, const float *vf, size_t n,
+		    size_t kd, size_t vd, float scale, double *o, double *qk)
+{
+	double m = -1e300, l = 0, *s = malloc(n * sizeof(double));
+	size_t j, i;
+
+	*qk = 0;
+	for (j = 0; j < n; j++) {
+		double d = 0, b = 0;
+
+		for (i = 0; i < kd; i++) {
+			d += (double)q[i] * kf[j * kd + i];
+			b += fabs((double)q[i] * kf[j * kd + i]);
+		}
+		s[j] = d * scale;
+		m = fmax(m, s[j]);
+		*qk = fmax(*qk, b * scale);
+	}
+	for (i = 0; i < vd; i++)
+		o[i] = 0;
+	for (j = 0; j < n; j++) {
+		double p = exp(s[j] - m);
+
+		l += p;
+		for (i = 0; i < vd; i++)
+			o[i] += p * vf[j * vd + i];
+	}
+	for (i = 0; i < vd; i++)
+		o[i] /= l;
+	free(s);
+}
+
+/* nt causal rows (diag; 0: all see every key) over n keys in blocks of
+ * DS_ATTN_BLK, packed in two column parts (K) as mla.c does; every table
+ * against the reference: the weights' rounding to bf16 moves a weight by
+ * at most 2^-8 of itself, so an output by at most 2^-7 of the largest
+ * value, beside the scores' fp32 error. */
+static void check_attn_blk(size_t nt, size_t n, size_t diag, size_t kd, size_t vd)
+{
+	const size_t B = DS_ATTN_BLK, qld = kd + kd % 2 + 2;
+	size_t nb = (n + B - 1) / B, kz = ds_attn_pack_k_size(B, kd), vz = ds_attn_pack_v_size(B, vd);
+	float *q = rnd(nt * qld, 1), *kf = rnd(n * kd, 2), *vf = rnd(n * vd, 1);
+	float *o = malloc(nt * (vd + 3) * 4), *ml = malloc(nt * 3 * 4), vmax = 0;
+	float *scratch = ds_aligned_alloc(64, DS_ATTN_BLK_SCRATCH * 4, NULL);
+	uint16_t *qb = calloc(nt * qld, 2), *kp = calloc(nb * kz, 2), *vp = calloc(nb * vz, 2);
+	uint16_t *kh = malloc(n * kd * 2), *vh = malloc(n * vd * 2);
+	double *ref = malloc(vd * sizeof(double)), qk;
+	size_t i, t, b, c0 = kd / 2 / 2 * 2;
+	int bad = 0, e;
+
+	T_CHECK(kz > 0 && vz > 0);
+	for (t = 0; t < nt; t++)
+		for (i = 0; i < qld; i++) {
+			q[t * qld + i] = i < kd ? q[t * qld + i] : 0;
+			qb[t * qld + i] = ds_f32_to_bf16(q[t * qld + i]);
+		}
+	to_bf16(q, nt * qld);
+	for (i = 0; i < n * kd; i++)
+		kh[i] = ds_f32_to_bf16(kf[i]);
+	for (i = 0; i < n * vd; i++)
+		vh[i] = ds_f32_to_bf16(vf[i]);
+	to_bf16(kf, n * kd);
+	to_bf16(vf, n * vd);
+	for (i = 0; i < n * vd; i++)
+		vmax = fmaxf(vmax, fabsf(vf[i]));
+	for (b = 0; b < nb; b++) {
+		size_t nk = n - b * B < B ? n - b * B : B, j;
+
+		for (j = 0; j < nk; j += 32) {   /* in parts, as the ops may */
+			size_t nj = nk - j < 32 ? nk - j : 32;
+
+			ds_attn_pack_k(kp + b * kz, kd, nk, j, nj, 0, c0, kh + (b * B + j) * kd, kd);
+			ds_attn_pack_k(kp + b * kz, kd, nk, j, nj, c0, kd - c0,
+				       kh + (b * B + j) * kd + c0, kd);
+			ds_attn_pack_v(vp + b * vz, vd, j, nj, vh + (b * B + j) * vd, vd);
+		}
+	}
+	for (e = 0; e < n_isa; e++) {
+		for (b = 0; b < nb; b++) {
+			size_t k0 = b * B, t0 = 0;
+			ds_attn_blk a = { .q_ld = qld, .k = kp + b * kz, .v = vp + b * vz,
+					  .kd = kd, .vd = vd, .nk = n - k0 < B ? n - k0 : B,
+					  .scale = 0.25f, .o_ld = vd + 3, .ml_ld = 3, .first = b == 0 };
+
+			/* rows that see none of the block are left out */
+			while (diag && t0 < nt && diag + t0 <= k0)
+				t0++;
+			if (t0 == nt)
+				continue;
+			a.q = qb + t0 * qld;
+			a.nt = nt - t0;
+			a.o = o + t0 * (vd + 3);
+			a.ml = ml + t0 * 3;
+			a.diag = diag ? diag + t0 - k0 : 0;
+			a.first = k0 == 0;
+			isa_tab[e]->attn_blk(&a, scratch);
+		}
+		for (t = 0; t < nt; t++) {
+			size_t lim = diag && diag + t < n ? diag + t : n;
+
+			blk_ref(q + t * qld, kf, vf, lim, kd, vd, 0.25f, ref, &qk);
+			for (i = 0; i < vd; i++) {
+				double got = o[t * (vd + 3) + i] / ml[t * 3 + 1];
+				double tol = vmax * (0x1p-7 + 2 * (ERR_F(kd) * U * qk + ERR_ELEM) +
+						     ERR_F(n) * U * 2);
+
+				if (!(fabs(got - ref[i]) <= tol) && bad++ < 3)
+					printf("#   %s nt=%zu n=%zu diag=%zu kd=%zu vd=%zu: o[%zu][%zu] %.9g vs %.9g (tol %.3g)\n",
+					       isa_tab[e]->name, nt, n, diag, kd, vd, t, i, got, ref[i], tol);
+			}
+		}
+	}
+	T_CHECK(bad == 0);
+	free(q); free(kf); free(vf); free(o); free(ml); free(scratch);
+	free(qb); free(kp); free(vp); free(kh); free(vh); free(ref);
+}
+
+static void test_attention_blk(void)
+{
+	/* V2-Lite's heads (192, 128), a diagonal block and whole ones */
+	check_attn_blk(16, 600, 585, 192, 128);
+	check_attn_blk(16, 16, 1, 192, 128);
+	check_attn_blk(13, 256, 0, 192, 128);
+	/* odd sizes: widths off the vectors, rows and keys off the tiles */
+	check_attn_blk(7, 77, 71, 37, 45);
+	check_attn_blk(3, 300, 0, 64, 32);
+	check_attn_blk(1, 1, 1, 2, 16);
+	check_attn_blk(5, 520, 516, 96, 100);
+	/* a long row: 8 blocks carried */
+	check_attn_blk(2, 2048, 2047, 64, 64);
+}
+
 /* ---- dispatch ------------------------------------------------------------- */
 
 static const char *self;
@@ -1234,7 +1380,7 @@ static void test_dispatch(void)
 				holes += k->mm[j] == NULL;
 			holes += !k->quant_row || !k->bf16_row || !k->sumsq || !k->rmsnorm ||
 				 !k->softmax || !k->silu_mul || !k->add || !k->axpy || !k->rope ||
-				 !k->dequant_row || !k->kv_store || !k->attn ||
+				 !k->dequant_row || !k->kv_store || !k->attn || !k->attn_blk ||
 				 k->mm_rows == 0 || k->mm_rows % 4 != 0;
 		}
 		T_CHECK(holes == 0);
@@ -1266,5 +1412,6 @@ int main(int argc, char **argv)
 	T_RUN(test_rope);
 	T_RUN(test_kv_store);
 	T_RUN(test_attention);
+	T_RUN(test_attention_blk);
 	return t_done();
 }
