@@ -91,12 +91,6 @@ static int pass(mtp *d, size_t n, ds_err *err)
 	return 0;
 }
 
-/* The hidden row of a gathered entry: the target pass's row `row`. */
-static void hid_target(mtp *d, const ds_fwd *target, size_t n, uint32_t row)
-{
-	ds_fwd_hidden(target, &row, 1, d->hid + n * d->H);
-}
-
 /* Run the gathered entries when the batch is full. */
 static int room(mtp *d, size_t *n, ds_err *err)
 {
@@ -161,9 +155,11 @@ static int gather(mtp *d, const ds_fwd *target, ds_spec_seq *q, size_t *n,
 	}
 	d->n_pend[sl] = 0;
 	for (j = q->fed0; j < q->n_final; j++) {
+		uint32_t row = q->row0 + (uint32_t)(j - q->fed0);
+
 		if (room(d, n, err))
 			return -1;
-		hid_target(d, target, *n, q->row0 + (uint32_t)(j - q->fed0));
+		ds_fwd_hidden(target, &row, 1, d->hid + *n * d->H);
 		put(d, n, q, q->tok[j + 1], j, j + 1 == q->n_final && q->k > 0);
 	}
 	return 0;
