@@ -35,7 +35,7 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: ds-bench (-m DIR | --synthetic SHAPE [--layers N] [--type TYPE])\n"
-		"                [--cpus LIST] [--ctx-size N] [--hugepages] [--mlock]\n"
+		"                [-b N] [--cpus LIST] [--ctx-size N] [--hugepages] [--mlock]\n"
 		"                [-n N,...] [--no-populate] [--numa MODE] [-o md|csv|json|jsonl]\n"
 		"                [-p N,...] [-r N] [--seed N] [-t N,...]\n"
 		"       mpirun -n R ds-bench --mpi [--mpi-timeout S] -m DIR [...]\n"
@@ -57,7 +57,7 @@ static void usage(FILE *f)
 typedef struct opts {
 	int mode;                 /* 'K' 'M' 'B' (a model) */
 	const char *dir, *shape, *type, *numa, *cpus, *save;
-	long layers, reps, ctx;
+	long layers, reps, ctx, batch;
 	uint32_t pp[16], tg[16];
 	int n_pp, n_tg;
 	int threads[16], n_threads, threads_set;
@@ -130,6 +130,10 @@ static int parse_opt(opts *o, int c, const char *a)
 		o->ctx = v;
 		return 0;
 	case 'H': o->hugepages = 1; return 0;
+	case 'b':
+		if (ds_parse_long(a, 1, DS_BATCH_MAX, &o->batch))
+			return ds_opt_bad("--batch", a, "expected 1 to 65536");
+		return 0;
 	case 'K': o->mode = 'K'; return 0;
 	case 'L':
 		if (ds_parse_long(a, 1, 1024, &o->layers))
@@ -236,8 +240,8 @@ static int check_spec(const opts *o)
 		warnx("--grammar takes -m DIR alone (markdown rows)");
 		return 2;
 	}
-	if (o->verify && (o->mode != 'B' || o->n_tg || o->save)) {
-		warnx("--verify takes -m DIR or --synthetic SHAPE (not -n or --save)");
+	if (o->verify && (o->mode != 'B' || o->n_tg || o->save || o->batch)) {
+		warnx("--verify takes -m DIR or --synthetic SHAPE (not -n, -b or --save)");
 		return 2;
 	}
 	if ((o->spec || o->verify) && (o->n_threads > 1 || o->n_pp > 1 || o->n_tg > 1 ||
@@ -259,9 +263,9 @@ static int check_opts(const opts *o)
 		warnx("-m and --synthetic: give one");
 		return 2;
 	}
-	if (o->mode != 'B' && (o->n_pp || o->n_tg || o->reps || o->ctx ||
+	if (o->mode != 'B' && (o->n_pp || o->n_tg || o->reps || o->ctx || o->batch ||
 			       o->hugepages || o->numa || o->mlock || o->no_populate)) {
-		warnx("-p, -n, -r, --ctx-size and the loading "
+		warnx("-p, -n, -r, -b, --ctx-size and the loading "
 			"options need -m or --synthetic");
 		return 2;
 	}
@@ -289,6 +293,7 @@ static int check_opts(const opts *o)
 static int parse_args(opts *o, int argc, char **argv)
 {
 	static const struct option lo[] = {
+		{ "batch", required_argument, NULL, 'b' },
 		{ "cpu-time", no_argument, NULL, 'C' },
 		{ "cpus", required_argument, NULL, 'c' },
 		{ "ctx-size", required_argument, NULL, 'G' },
@@ -332,7 +337,7 @@ static int parse_args(opts *o, int argc, char **argv)
 	o->threads[0] = 1;
 	o->threads[1] = 2;
 	o->n_threads = 2;
-	while ((c = getopt_long(argc, argv, "hm:n:o:p:qr:s:t:w:", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "b:hm:n:o:p:qr:s:t:w:", lo, NULL)) != -1) {
 		if (c == 'h') {
 			usage(stdout);
 			return -1;
@@ -526,6 +531,7 @@ static int run_model(opts *o, ds_dist *d, ds_err *err)
 		.tg = o->n_tg ? o->tg : &def_tg, .n_tg = o->n_tg ? o->n_tg : 1,
 		.threads = o->threads, .n_threads = o->n_threads,
 		.reps = o->reps ? (int)o->reps : 5, .ctx_size = (uint32_t)o->ctx,
+		.batch = (uint32_t)o->batch,
 		.cpus = o->cpus, .seed = o->seed, .progress = stderr, .model = &mm,
 		.load = { .no_populate = o->no_populate, .mlock = o->mlock,
 			  .hugepages = o->hugepages },
@@ -572,7 +578,8 @@ static int run_spec(opts *o, ds_err *err)
 {
 	ds_specbench_opts so = {
 		.so = { .dir = o->dir, .threads = o->threads[0], .cpus = o->cpus,
-			.ctx_size = (uint32_t)o->ctx, .slots = 1, .kv_type = DS_KV_F16,
+			.ctx_size = (uint32_t)o->ctx, .batch = (uint32_t)o->batch,
+			.slots = 1, .kv_type = DS_KV_F16,
 			.tok = DS_SESS_TOK_NEED, .tok_why = "--prompt-file needs",
 			.spec = o->spec, .spec_k = (uint32_t)o->spec_k, .draft_dir = o->draft },
 		.prompt_file = o->prompt_file, .n = o->n_tg ? o->tg[0] : 128,

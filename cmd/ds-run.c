@@ -25,7 +25,7 @@
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: ds-run -m DIR [-n N] [--ctx-size N] [--threads N] [--temp T]\n"
+		"usage: ds-run -m DIR [-n N] [--ctx-size N] [-b N] [--threads N] [--temp T]\n"
 		"              [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]\n"
 		"              [--repeat-last-n N] [--seed S] [--stop STR ...] [--ids | --jsonl]\n"
 		"              [--logits-out FILE] [--parallel N] [-p TEXT | -f FILE] [--chat]\n"
@@ -49,7 +49,7 @@ typedef struct opts {
 	const char *grammar, *schema;   /* --grammar, --json-schema */
 	long cache_mib;
 	long n_predict;
-	uint32_t ctx_size, parallel;
+	uint32_t ctx_size, parallel, batch;
 	int threads, sched_fifo;
 	ds_sampler_params sp;
 	int seed_set;
@@ -74,6 +74,7 @@ enum {
 };
 
 static const struct option longopts[] = {
+	{ "batch", required_argument, NULL, 'b' },
 	{ "cache-dir", required_argument, NULL, O_CACHE_DIR },
 	{ "cache-ram", required_argument, NULL, O_CACHE_RAM },
 	{ "cache-type", required_argument, NULL, O_CACHE },
@@ -171,6 +172,7 @@ static int parse_one(opts *o, int c, char *a)
 		return rc;
 	switch (c) {
 	case 'n': return ds_opt_long("-n", a, -1, 1L << 30, &o->n_predict);
+	case 'b': return ds_opt_u32("--batch", a, 1, DS_BATCH_MAX, &o->batch);
 	case O_CACHE_RAM: return ds_opt_long("--cache-ram", a, 0, 1L << 30, &o->cache_mib);
 	case O_CTX: return ds_opt_u32("--ctx-size", a, 4, 1u << 24, &o->ctx_size);
 	case O_FIFO: return ds_opt_int("--sched-fifo", a, 1, 99, &o->sched_fifo);
@@ -259,7 +261,7 @@ static int parse_args(opts *o, int argc, char **argv)
 	o->kv_type = DS_KV_F16;
 	ds_sampler_defaults(&o->sp);
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":f:hm:n:p:", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":b:f:hm:n:p:", longopts, NULL)) != -1) {
 		if (c == 'h') {
 			usage(stdout);
 			return -1;
@@ -527,7 +529,8 @@ static ds_session_opts session_opts(const opts *o, const ds_dist *d)
 {
 	ds_session_opts so = {
 		.dir = o->dir, .threads = o->threads, .cpus = o->cpus, .load = o->load,
-		.ctx_size = o->ctx_size, .slots = o->parallel, .kv_type = o->kv_type,
+		.ctx_size = o->ctx_size, .slots = o->parallel, .batch = o->batch,
+		.kv_type = o->kv_type,
 		.chat_template = o->chat_tmpl, .chat_template_file = o->chat_file,
 		.tok = DS_SESS_TOK_NONE, .cache_mib = o->cache_mib,
 		.cache_dir = o->cache_dir, .warn = warn_line,

@@ -40,7 +40,8 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: %s -m DIR [--host ADDR] [--port N] [--threads N] [--parallel N]\n"
-		"                [--ctx-size N] [--queue N] [--api-key KEY | --api-key-file FILE]\n"
+		"                [--ctx-size N] [-b N] [--queue N]\n"
+		"                [--api-key KEY | --api-key-file FILE]\n"
 		"                [--max-body BYTES] [--timeout S] [--max-conns N] [--cpus LIST]\n"
 		"                [--chat-template NAME | --chat-template-file FILE]\n"
 		"                [--reasoning-format none|deepseek|auto]\n"
@@ -77,6 +78,7 @@ enum {
 static const struct option longopts[] = {
 	{ "api-key", required_argument, NULL, O_KEY },
 	{ "api-key-file", required_argument, NULL, O_KEYFILE },
+	{ "batch", required_argument, NULL, 'b' },
 	{ "cache-dir", required_argument, NULL, O_CACHE_DIR },
 	{ "cache-ram", required_argument, NULL, O_CACHE_RAM },
 	{ "chat-template", required_argument, NULL, O_CHAT_TMPL },
@@ -133,6 +135,7 @@ static int parse_one(opts *o, int c, const char *a)
 	case O_CACHE_DIR: s->cache_dir = a; return 0;
 	case O_CACHE_RAM: rc = ds_opt_long("--cache-ram", a, 0, 1L << 30, &v); s->cache_mib = v; break;
 	case O_CTX: rc = ds_opt_long("--ctx-size", a, 4, 1L << 24, &v); s->ctx_size = (uint32_t)v; break;
+	case 'b': rc = ds_opt_long("--batch", a, 1, DS_BATCH_MAX, &v); s->batch = (uint32_t)v; break;
 	case O_HOST: s->host = a; return 0;
 	case O_HUGE: s->hugepages = 1; return 0;
 	case O_BODY: rc = ds_opt_long("--max-body", a, 16, 1L << 30, &v); s->max_body = (size_t)v; break;
@@ -227,7 +230,7 @@ static int parse_args(opts *o, int argc, char **argv)
 	o->so.cache_mib = -1;
 	o->so.log = log_line;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":hm:", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":b:hm:", longopts, NULL)) != -1) {
 		if (c == 'h') {
 			usage(stdout);
 			return -1;

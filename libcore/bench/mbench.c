@@ -15,8 +15,8 @@
 #include "kbench.h"
 #include "kernels/kernels.h"
 #include "runtime/sampler.h"
+#include "runtime/session.h"
 
-#define MAX_UBATCH 512u  /* prefill chunk, as llama.cpp's n_ubatch */
 
 /* ---- accounting --------------------------------------------------------------------- */
 
@@ -473,7 +473,9 @@ static int mb_init(mb *b, const ds_mbench_opts *o, ds_model *m, ds_err *err)
 	b->m = m;
 	b->rng = o->seed ? o->seed : 0x9E3779B97F4A7C15ULL;
 	b->max_p = max_of(o->pp, o->n_pp);
-	b->ubatch = b->max_p < 1 ? 1 : b->max_p < MAX_UBATCH ? b->max_p : MAX_UBATCH;
+	b->ubatch = o->batch ? o->batch : DS_SESSION_BATCH;
+	if (b->ubatch > b->max_p)
+		b->ubatch = b->max_p < 1 ? 1 : b->max_p;
 	if (ctx == 0)
 		ctx = b->max_p + max_of(o->tg, o->n_tg);
 	b->n_ctx = ctx < 1 ? 1 : ctx;

@@ -106,6 +106,8 @@ typedef struct ds_mbench_opts {
 	int n_threads;
 	int reps;                 /* >= 1 */
 	uint32_t ctx_size;        /* 0: max p + max n */
+	uint32_t batch;           /* a prompt's chunk (0: DS_SESSION_BATCH,
+				     as ds-run's) */
 	const char *cpus;         /* pin the pool (ds_pool_opts.cpus) */
 	ds_load_opts load;
 	uint64_t seed;            /* the random tokens */

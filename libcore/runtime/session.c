@@ -292,7 +292,8 @@ int ds_session_open(ds_session *s, const ds_session_opts *o, ds_err *err)
 	ds_pool_opts po = { .threads = o->threads, .cpus = o->cpus };
 	uint32_t slots = o->slots ? o->slots : 1, train;
 	ds_sched_opts sco = { .spec_k = o->spec_k };
-	ds_fwd_opts fo = { .max_batch = slots + 1 > 256 ? slots + 1 : 256,
+	uint32_t batch = o->batch ? o->batch : DS_SESSION_BATCH;
+	ds_fwd_opts fo = { .max_batch = slots + 1 > batch ? slots + 1 : batch,
 			   .ep = o->ep };
 
 	memset(s, 0, sizeof *s);

@@ -56,6 +56,9 @@ typedef struct ds_session_opts {
 	uint32_t ctx_size;        /* 0: the model's training context, at
 				     most DS_SESSION_CTX */
 	uint32_t slots;           /* sequences at once (0: 1) */
+	uint32_t batch;           /* most entries of one forward pass: a
+				     prompt goes through in chunks of this
+				     (0: DS_SESSION_BATCH) */
 	enum ds_kvtype kv_type;   /* DS_KV_F16 is the usual */
 	enum ds_sess_tok tok;
 	const char *tok_why;      /* DS_SESS_TOK_NEED: who needs it, for the
@@ -84,6 +87,11 @@ typedef struct ds_session_opts {
 int64_t ds_session_cache_default(void);
 
 #define DS_SESSION_CTX 4096
+/* A prompt's chunk: MLA's prompt form expands every earlier position of
+ * the sequence once per chunk, so long prompts want long chunks; each
+ * chunk holds the other slots' tokens for its time (docs/perf.md). */
+#define DS_SESSION_BATCH 2048
+#define DS_BATCH_MAX 65536   /* -b's bound */
 #define DS_SESSION_MAX_STOPS (DS_MAX_EOS + 4)
 
 typedef struct ds_session {
@@ -121,7 +129,7 @@ typedef struct ds_session {
 
 /* Open everything (a failure frees what was opened: close is still
  * safe).  The pool comes first, then the weights, the tokenizer, the
- * template and stops, the forward pass (batches of up to max(256,
+ * template and stops, the forward pass (batches of up to max(batch,
  * slots + 1) entries, or what speculative steps of every slot take), the
  * KV cache, the drafter, the prompt cache (read from its directory) and
  * the scheduler.  Closing saves the prompt cache to its directory. */

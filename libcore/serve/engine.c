@@ -54,7 +54,8 @@ void ds_srv_session_opts(const ds_srv_opts *o, ds_session_opts *so)
 	*so = (ds_session_opts){
 		.dir = o->model_dir, .threads = o->threads, .cpus = o->cpus,
 		.load = { .hugepages = o->hugepages }, .ctx_size = o->ctx_size,
-		.slots = o->parallel, .kv_type = DS_KV_F16, .tok = DS_SESS_TOK_NEED,
+		.slots = o->parallel, .batch = o->batch, .kv_type = DS_KV_F16,
+		.tok = DS_SESS_TOK_NEED,
 		.tok_why = "ds-serve needs", .chat_template = o->chat_template,
 		.chat_template_file = o->chat_template_file,
 		.cache_mib = o->cache_mib, .cache_dir = o->cache_dir,

@@ -259,6 +259,8 @@ typedef struct ds_srv_opts {
 	uint32_t parallel;          /* slots: sequences decoded together */
 	uint32_t ctx_size;          /* positions per slot; 0: the model's
 				       training context, at most 4096 */
+	uint32_t batch;             /* entries of a forward pass (a prompt's
+				       chunk); 0: DS_SESSION_BATCH */
 	uint32_t queue;             /* requests waiting beyond the slots */
 	const char *api_key;        /* NULL: no authentication */
 	size_t max_body;            /* request body bytes */

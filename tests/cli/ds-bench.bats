@@ -39,6 +39,13 @@ setup() {
 	[ "$status" -eq 2 ]
 	run "$DS_BIN/ds-bench" --frobnicate
 	[ "$status" -eq 2 ]
+	run "$DS_BIN/ds-bench" --synthetic test-llama -b 0
+	[ "$status" -eq 2 ]
+	[[ "$output" == "ds-bench: --batch 0: expected 1 to 65536"* ]]
+	run "$DS_BIN/ds-bench" --kernels -b 64
+	[ "$status" -eq 2 ]
+	run "$DS_BIN/ds-bench" --synthetic test-llama --verify 2 -b 64
+	[ "$status" -eq 2 ]
 }
 
 @test "ds-bench refuses an unknown DS_ISA with exit 1" {

@@ -107,6 +107,18 @@ golden() {
 @test "golden qwen2-gptq-actorder" { golden qwen2-gptq-actorder 0.25 0; }
 @test "golden ds2-gptq-actorder (MLA with a permuted kv_b)" { golden ds2-gptq-actorder 0.25 4; }
 @test "golden ds2-lite with a q8 cache" { golden ds2-lite 0.25 4 --cache-type q8; }
+@test "golden ds2-lite, the prompt in chunks of 5 (-b)" { golden ds2-lite 0.1 4 -b 5; }
+@test "golden ds3, the prompt in chunks of 13 (-b)" { golden ds3 0.1 10 -b 13; }
+@test "-b: the logits of every chunk size byte for byte those of one chunk" {
+	for n in ds2-lite ds3-awq llama; do
+		"$DS_BIN"/ds-run -m "$M/$n" --ids -n 0 --logits-out "$T/a.f32" <"$M/$n.ids"
+		for b in 2 7 47; do
+			run "$DS_BIN"/ds-run -m "$M/$n" --ids -n 0 --logits-out "$T/b.f32" -b "$b" <"$M/$n.ids"
+			[ "$status" -eq 0 ]
+			cmp "$T/a.f32" "$T/b.f32"
+		done
+	done
+}
 @test "golden llama converted to q8" { golden llama@q8 0.25 0; }
 @test "golden qwen2 converted to q8" { golden qwen2@q8 0.25 0; }
 @test "golden ds3 on the scalar kernels" { DS_ISA=scalar golden ds3 0.1 10; }
@@ -445,7 +457,7 @@ EOF
 @test "usage errors exit 2; --help and --version exit 0 on stdout" {
 	for args in "" "-m" "--bogus -m x" "-m x --temp abc" "-m x --top-p 2" "-m x --parallel 0" \
 		    "-m x --cache-type q5" "-m x --numa sideways" "-m x -p a -f b" "-m x extra" \
-		    "-m x --ctx-size 2" "-m x --perplexity --parallel 2"; do
+		    "-m x --ctx-size 2" "-m x --perplexity --parallel 2" "-m x -b 0" "-m x --batch 65537"; do
 		run "$DS_BIN"/ds-run $args
 		[ "$status" -eq 2 ]
 		[[ "$output" == "ds-run: "* ]]

@@ -148,7 +148,7 @@ LONG_STREAM='{"prompt": "long", "temperature": 0, "ignore_eos": true, "stream": 
 		"-m $F/m --timeout 0" "-m $F/m --max-body 1" "-m $F/m --queue -1" \
 		"-m $F/m --ctx-size 2" "-m $F/m --threads x" "-m $F/m extra" \
 		"-m $F/m --api-key k --api-key-file f" "-m $F/m --numa all" \
-		"-m $F/m --port"; do
+		"-m $F/m --port" "-m $F/m -b 0" "-m $F/m --batch x"; do
 		# shellcheck disable=SC2086
 		run "$DS_BIN/ds-serve" $a
 		[ "$status" -eq 2 ] || { echo "$a: $status $output"; return 1; }
