@@ -7,6 +7,7 @@
 
 #include <math.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -431,39 +432,60 @@ static int bufs_init(ds_fwd *f, ds_err *err)
  * its head may be coarser than the main model's.  A bf16, f16 or f32
  * head (AWQ and GPTQ checkpoints keep lm_head unquantized) gets a q8g32
  * copy: the head is most of what a draft reads (the demo's: 2 of 2.6
- * MiB), and q8 halves bf16's bytes at about 0.5% relative error.  Built a
- * slab of row-sets at a time, so it needs no float copy of the head. */
+ * MiB), and q8 halves bf16's bytes at about 0.5% relative error.  Built
+ * by the pool's threads, each a slab of row-sets at a time, so it needs
+ * no float copy of the head (V3's is 129280 x 7168). */
+#define HEAD_SLAB (16 * DS_ROWSET)
+
+typedef struct head_job {
+	const ds_mat *w;
+	ds_ttype q8;
+	uint8_t *dst;
+	float *rows;              /* [nth][HEAD_SLAB][k] */
+	_Atomic int failed;
+} head_job;
+
+static void head_fn(void *arg, int ith, int nth)
+{
+	head_job *j = arg;
+	const ds_mat *w = j->w;
+	float *rows = j->rows + (size_t)ith * HEAD_SLAB * w->k;
+	size_t slabs = (w->n + HEAD_SLAB - 1) / HEAD_SLAB, b, e, s;
+
+	ds_split(slabs, ith, nth, &b, &e);
+	for (s = b; s < e; s++) {
+		uint64_t r0 = s * HEAD_SLAB, n = w->n - r0 < HEAD_SLAB ? w->n - r0 : HEAD_SLAB, i;
+
+		for (i = 0; i < n; i++)
+			ds_dequant_row(w->type, w->data, w->k, r0 + i, rows + i * w->k);
+		if (ds_quantize_q8(j->dst + r0 / DS_ROWSET * ds_rowset_bytes(j->q8, w->k),
+				   rows, n, w->k, j->q8.group))
+			atomic_store(&j->failed, 1);
+	}
+}
+
 static int draft_head(ds_fwd *f, ds_err *err)
 {
-	const ds_mat w = f->output;
-	const ds_ttype q8 = { .dt = DS_Q8, .group = 32 };
-	const size_t slab = 16 * DS_ROWSET;
-	uint64_t shape[2] = { w.n, w.k }, bytes, r0;
-	uint8_t *dst;
-	float *rows;
+	head_job j = { .w = &f->output, .q8 = { .dt = DS_Q8, .group = 32 } };
+	uint64_t shape[2] = { f->output.n, f->output.k }, bytes;
+	size_t nth = (size_t)ds_pool_threads(f->pool), per;
 
-	if (!draft_head_q8(f) || ds_tensor_bytes(q8, 2, shape, &bytes) || bytes > SIZE_MAX)
+	if (!draft_head_q8(f) || ds_tensor_bytes(j.q8, 2, shape, &bytes) || bytes > SIZE_MAX)
 		return 0;
-	rows = ds_calloc(slab, w.k * sizeof *rows, err);
-	dst = fwd_map(f, (size_t)bytes, err);
-	if (rows == NULL || dst == NULL) {
-		free(rows);
+	if (ds_mul_sz(nth * HEAD_SLAB, (size_t)shape[1], &per))
+		return ds_errf(err, "MTP module: the draft head: too large");
+	j.rows = ds_calloc(per, sizeof *j.rows, err);
+	j.dst = fwd_map(f, (size_t)bytes, err);
+	if (j.rows == NULL || j.dst == NULL) {
+		free(j.rows);
 		return ds_err_prefix(err, "MTP module: the draft head");
 	}
 	f->scratch_bytes -= ds_round_up(bytes, 4096);   /* weights, not scratch */
-	for (r0 = 0; r0 < w.n; r0 += slab) {
-		uint64_t n = w.n - r0 < slab ? w.n - r0 : slab, i;
-
-		for (i = 0; i < n; i++)
-			ds_dequant_row(w.type, w.data, w.k, r0 + i, rows + i * w.k);
-		if (ds_quantize_q8(dst + r0 / DS_ROWSET * ds_rowset_bytes(q8, w.k), rows,
-				   n, w.k, q8.group)) {
-			free(rows);
-			return ds_errf(err, "MTP module: the draft head: out of memory");
-		}
-	}
-	free(rows);
-	return ds_mat_init(&f->output, q8, dst, bytes, 2, shape, NULL, err);
+	ds_pool_run(f->pool, head_fn, &j);
+	free(j.rows);
+	if (atomic_load(&j.failed))
+		return ds_errf(err, "MTP module: the draft head: out of memory");
+	return ds_mat_init(&f->output, j.q8, j.dst, bytes, 2, shape, NULL, err);
 }
 
 /* ---- init / free ------------------------------------------------------------------ */
