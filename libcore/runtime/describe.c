@@ -24,8 +24,9 @@ void ds_describe_session(const ds_session *s, const char *dir, uint64_t seed,
 		 "per decoded token, %.1f MiB derived (MLA)", dir,
 		 ds_arch_name(s->m.hp.arch), s->m.hp.n_layer, mib(fi.weight_bytes),
 		 mib(fi.active_bytes), mib(fi.derived_bytes));
-	ds_warnx("kernels %s, %d threads, seed %llu", ds_kernels_name(),
-		 ds_pool_threads(s->pool), (unsigned long long)seed);
+	ds_warnx("kernels %s, %d threads, forward passes of up to %u tokens, "
+		 "seed %llu", ds_kernels_name(), ds_pool_threads(s->pool),
+		 fi.max_batch, (unsigned long long)seed);
 	ds_warnx("loaded in %.3f s", s->t_load);
 	ds_warnx("KV cache %s: %u slots x %u positions = %.1f MiB (%zu bytes a "
 		 "position)", ds_kvtype_name(s->kv.type), s->kv.n_slot,

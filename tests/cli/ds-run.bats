@@ -350,10 +350,13 @@ EOF
 	run --separate-stderr "$DS_BIN"/ds-run -m "$M/ds2-lite" --ids -n 2 --temp 0 --verbose --ctx-size 100 <<<"1 2 3"
 	[ "$status" -eq 0 ]
 	[ "$(echo "$output" | wc -w)" -eq 2 ]
-	[[ "$stderr" == *"kernels "* ]]
+	[[ "$stderr" == *"kernels "*", forward passes of up to 2048 tokens"* ]]
 	[[ "$stderr" == *"loaded in"* ]]
 	[[ "$stderr" == *"KV cache f16: 1 slots x 100 positions"* ]]
 	[[ "$stderr" == *"RSS"* ]]
+	# -b, at least a token of every slot
+	run --separate-stderr "$DS_BIN"/ds-run -m "$M/ds2-lite" --ids -n 0 --verbose --parallel 4 -b 3 <<<"1 2 3"
+	[[ "$stderr" == *", forward passes of up to 5 tokens"* ]]
 }
 
 @test "stops at EOS: generation ends there, finish_reason stop" {
