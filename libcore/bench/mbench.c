@@ -17,7 +17,6 @@
 #include "runtime/sampler.h"
 #include "runtime/session.h"
 
-
 /* ---- accounting --------------------------------------------------------------------- */
 
 int ds_model_params(const ds_hparams *hp, uint64_t *total, uint64_t *active,
