@@ -1149,14 +1149,16 @@ int ds_srv_load(ds_srv *s, ds_err *err)
 {
 	double t0 = ds_now_s();
 	const ds_eng *e = &s->eng;
+	ds_fwd_info fi;
 
 	if (ds_eng_load(&s->eng, &s->o, s->metrics, err))
 		return -1;
 	atomic_store(&s->ready, 1);
-	slog(s, "model %s loaded in %.2f s: %s, %u slots of %u positions, %d "
-	     "threads, kernels %s, chat template %s", s->model_name,
-	     ds_now_s() - t0, ds_arch_name(e->s.m.hp.arch), e->s.kv.n_slot, e->s.n_ctx,
-	     ds_pool_threads(e->s.pool), ds_kernels_name(),
+	ds_fwd_get_info(e->s.fwd, &fi);
+	slog(s, "model %s loaded in %.2f s: %s, %u slots of %u positions, forward "
+	     "passes of up to %u tokens, %d threads, kernels %s, chat template %s",
+	     s->model_name, ds_now_s() - t0, ds_arch_name(e->s.m.hp.arch), e->s.kv.n_slot,
+	     e->s.n_ctx, fi.max_batch, ds_pool_threads(e->s.pool), ds_kernels_name(),
 	     e->s.have_tmpl ? ds_chat_tpl_kind(&e->s.tpl) : "none");
 	if (e->s.pc != NULL) {
 		ds_pcache_stats ps;

@@ -257,6 +257,16 @@ for f in ("/proc/net/tcp", "/proc/net/tcp6"):
 	[[ "$(j "$T/out" 'd["id"]')" == cmpl-* ]]
 }
 
+@test "-b: the prompt in chunks of 2, the same greedy ids; the log names it" {
+	start -b 2 --parallel 1
+	grep -q "forward passes of up to 2 tokens" "$LOG"
+	post /v1/completions '{"model": "m", "prompt": [1, 50, 60, 70, 80, 90, 100], "max_tokens": 12,
+		"temperature": 0, "return_tokens": true}'
+	[ "$CODE" = 200 ]
+	want=$(echo "1 50 60 70 80 90 100" | "$DS_BIN/ds-run" -m "$F/m" --ids -n 12 --temp 0)
+	[ "$(j "$T/out" '" ".join(map(str, d["choices"][0]["tokens"]))')" = "$want" ]
+}
+
 @test "POST /v1/completions: a text prompt is the tokenizer's ids (BOS as configured)" {
 	start
 	post /v1/completions '{"prompt": "Hello world", "max_tokens": 16, "temperature": 0, "return_tokens": true}'
