@@ -434,8 +434,9 @@ static int bufs_init(ds_fwd *f, ds_err *err)
  * copy: the head is most of what a draft reads (the demo's: 2 of 2.6
  * MiB), and q8 halves bf16's bytes at about 0.5% relative error.  Built
  * by the pool's threads, each a slab of row-sets at a time, so it needs
- * no float copy of the head (V3's is 129280 x 7168). */
-#define HEAD_SLAB (16 * DS_ROWSET)
+ * no float copy of the head (V3's is 129280 x 7168): a slab of 2 row-sets
+ * is 0.9 MiB of floats a thread for V3, however many threads there are. */
+#define HEAD_SLAB (2 * DS_ROWSET)
 
 typedef struct head_job {
 	const ds_mat *w;
