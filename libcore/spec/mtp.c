@@ -121,18 +121,31 @@ static int align(mtp *d, ds_spec_seq *q)
 	return 0;
 }
 
+/* Pending entry i of a slot: its index into pend_tok (pend_h's rows). */
+static size_t pend_at(uint32_t slot, uint32_t i)
+{
+	return (size_t)slot * PEND + i;
+}
+
+/* The target's hidden row of position j of the step's kept tokens. */
+static void kept_row(const ds_fwd *target, const ds_spec_seq *q, size_t j, float *dst)
+{
+	uint32_t row = q->row0 + (uint32_t)(j - q->fed0);
+
+	ds_fwd_hidden(target, &row, 1, dst);
+}
+
 /* Keep the sequence's new rows pending: it wants no drafts and they fit. */
 static int defer(mtp *d, const ds_fwd *target, const ds_spec_seq *q)
 {
-	uint32_t sl = q->slot, np = d->n_pend[sl], row;
+	uint32_t sl = q->slot, np = d->n_pend[sl];
 	size_t j;
 
 	if (q->k > 0 || q->n_final - q->fed0 > PEND - np)
 		return 0;
 	for (j = q->fed0; j < q->n_final; j++, np++) {
-		row = q->row0 + (uint32_t)(j - q->fed0);
-		ds_fwd_hidden(target, &row, 1, d->pend_h + ((size_t)sl * PEND + np) * d->H);
-		d->pend_tok[(size_t)sl * PEND + np] = q->tok[j + 1];
+		kept_row(target, q, j, d->pend_h + pend_at(sl, np) * d->H);
+		d->pend_tok[pend_at(sl, np)] = q->tok[j + 1];
 	}
 	d->n_pend[sl] = np;
 	return 1;
@@ -149,17 +162,15 @@ static int gather(mtp *d, const ds_fwd *target, ds_spec_seq *q, size_t *n,
 	for (i = 0; i < d->n_pend[sl]; i++) {
 		if (room(d, n, err))
 			return -1;
-		memcpy(d->hid + *n * d->H, d->pend_h + ((size_t)sl * PEND + i) * d->H,
+		memcpy(d->hid + *n * d->H, d->pend_h + pend_at(sl, i) * d->H,
 		       d->H * sizeof *d->hid);
-		put(d, n, q, d->pend_tok[(size_t)sl * PEND + i], len + i, 0);
+		put(d, n, q, d->pend_tok[pend_at(sl, i)], len + i, 0);
 	}
 	d->n_pend[sl] = 0;
 	for (j = q->fed0; j < q->n_final; j++) {
-		uint32_t row = q->row0 + (uint32_t)(j - q->fed0);
-
 		if (room(d, n, err))
 			return -1;
-		ds_fwd_hidden(target, &row, 1, d->hid + *n * d->H);
+		kept_row(target, q, j, d->hid + *n * d->H);
 		put(d, n, q, q->tok[j + 1], j, j + 1 == q->n_final && q->k > 0);
 	}
 	return 0;
