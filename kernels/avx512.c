@@ -88,7 +88,9 @@ AI __m512 exp512(__m512 x)
  * Two row-sets share each activation broadcast between two vpdpbusd; one
  * row-set keeps two integer chains per row so the vpdpbusd latency stays
  * hidden.  The float operations are the same in every variant, so a
- * row's result does not depend on the tile it was computed in. */
+ * row's result does not depend on the tile it was computed in.  Tiles
+ * are for more rows than VEC_MAX, whose arithmetic outweighs streaming
+ * the weights: no software prefetches. */
 AI void q_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
 	       float *y, size_t ldy, __mmask16 m0, __mmask16 m1, const int is4,
 	       const int R, const int TT)
@@ -123,17 +125,6 @@ AI void q_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x, size_t t0,
 #pragma GCC unroll 8
 			for (t = 0; t < TT; t++)
 				d0[0][t] = d0[1][t] = d1[t] = _mm512_setzero_si512();
-			/* decode streams the weights from memory: keep PF_AHEAD
-			 * bytes of each row-set in flight */
-			if (TT == 1)
-#pragma GCC unroll 2
-				for (r = 0; r < R; r++)
-#pragma GCC unroll 8
-					for (c = 0; c < 8; c++)
-						if (is4 == 0 || c < 4)
-							_mm_prefetch((const char *)gw + r * rsb +
-								     (is4 ? 8 : 16) * k + 64 * c +
-								     PF_AHEAD, PF_HINT);
 			if (is4) {
 #pragma GCC unroll 4
 				for (c = 0; c < 4; c++) {
@@ -263,19 +254,34 @@ AI __m512i dp_x(__m512i acc, __m512i w, const int8_t *p, __m512i b, const int sh
 	return shared ? _mm512_dpbusd_epi32(acc, w, b) : dp_bc(acc, w, p);
 }
 
+/* A few activation rows (2 .. VEC_MAX: a verification, a handful of
+ * decoding requests) take the decode path too, VEC_ROWS at a time: each
+ * weight vector loaded feeds every row's vpdpbusd, the activations as
+ * embedded broadcasts (T rows' shared ones would not fit the registers),
+ * over VEC_STREAMS_N streams.  In q_tile's tiles, whose per-group work
+ * pays over many rows, a pass of two tokens of a dense 1.5B model cost
+ * 1.4-2.0 passes of one; this way 1.1 (docs/perf.md, 2026-12-07 12:37). */
+#define VEC_ROWS 4
+#define VEC_MAX 16
+#define VEC_STREAMS_N 2
+
 /* One 32-block of R row-sets rsb bytes apart, at k (wp = row-set 0's
- * weights of the block): A[r] += d * (exact integer dot product). */
-AI void vec_blk(const uint8_t *wp, size_t rsb, const int8_t *xq, const float *d,
-		__m512 *A, const int is4, const int R, const int sp)
+ * weights of the block), for T rows ldq bytes (xq) and nb block scales
+ * (d) apart: A[r][t] += d * (exact integer dot product). */
+AI void vec_blk(const uint8_t *wp, size_t rsb, const int8_t *xq, size_t ldq,
+		const float *d, size_t nb, __m512 A[][VEC_ROWS], const int is4,
+		const int R, const int T, const int sp)
 {
 	const __m512i m0 = _mm512_set1_epi8(0x0f), m1 = _mm512_set1_epi8((char)0xf0);
-	const int shared = is4 && R > 1;
-	__m512i l[4], h[4], xb[8];
-	int c, r;
+	const int shared = is4 && R > 1 && T == 1;
+	__m512i l[4][VEC_ROWS], h[4][VEC_ROWS], xb[8];
+	int c, r, t;
 
 #pragma GCC unroll 4
 	for (r = 0; r < R; r++) {
-		l[r] = h[r] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+		for (t = 0; t < T; t++)
+			l[r][t] = h[r][t] = _mm512_setzero_si512();
 #pragma GCC unroll 8
 		for (c = 0; c < 8; c++)
 			if (is4 == 0 || c < 4)
@@ -293,23 +299,32 @@ AI void vec_blk(const uint8_t *wp, size_t rsb, const int8_t *xq, const float *d,
 			if (is4 && c >= 4)
 				continue;
 			v = _mm512_loadu_si512(wp + r * rsb + 64 * c);
-			if (is4) {
-				l[r] = dp_x(l[r], _mm512_and_si512(v, m0), xq + 8 * c, xb[2 * c], shared);
-				h[r] = dp_x(h[r], _mm512_and_si512(v, m1), xq + 8 * c + 4, xb[2 * c + 1],
-					    shared);
-			} else if (c & 1) {
-				h[r] = dp_bc(h[r], v, xq + 4 * c);
-			} else {
-				l[r] = dp_bc(l[r], v, xq + 4 * c);
+#pragma GCC unroll 4
+			for (t = 0; t < T; t++) {
+				const int8_t *xt = xq + t * ldq;
+
+				if (is4) {
+					l[r][t] = dp_x(l[r][t], _mm512_and_si512(v, m0), xt + 8 * c,
+						       xb[2 * c], shared);
+					h[r][t] = dp_x(h[r][t], _mm512_and_si512(v, m1), xt + 8 * c + 4,
+						       xb[2 * c + 1], shared);
+				} else if (c & 1) {
+					h[r][t] = dp_bc(h[r][t], v, xt + 4 * c);
+				} else {
+					l[r][t] = dp_bc(l[r][t], v, xt + 4 * c);
+				}
 			}
 		}
 #pragma GCC unroll 4
-	for (r = 0; r < R; r++) {
-		__m512i s = is4 ? _mm512_add_epi32(l[r], _mm512_srai_epi32(h[r], 4))
-				: _mm512_add_epi32(l[r], h[r]);
+	for (r = 0; r < R; r++)
+#pragma GCC unroll 4
+		for (t = 0; t < T; t++) {
+			__m512i s = is4 ? _mm512_add_epi32(l[r][t], _mm512_srai_epi32(h[r][t], 4))
+					: _mm512_add_epi32(l[r][t], h[r][t]);
 
-		A[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(*d), A[r]);
-	}
+			A[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(d[t * nb]),
+						  A[r][t]);
+		}
 }
 
 /* No code moves across it: after each q4 block of a decode row, it keeps
@@ -322,10 +337,11 @@ AI void vec_blk(const uint8_t *wp, size_t rsb, const int8_t *xq, const float *d,
 /* acc[r] += a group's contribution: A[r] its blocks' sums, S the sum of
  * its activation block sums, scales and (q4) zeros at sc, zp (row-set 0);
  * fold: q8g32's A holds its zero's term already (kernels.h). */
-AI void q_grp_end(const uint8_t *sc, const uint8_t *zp, size_t rsb, const __m512 *A,
-		  float S, __m512 *acc, const int is4, const int R, const int fold)
+AI void q_grp_end(const uint8_t *sc, const uint8_t *zp, size_t rsb,
+		  __m512 A[][VEC_ROWS], const float *S, __m512 acc[][VEC_ROWS],
+		  const int is4, const int R, const int T, const int fold)
 {
-	int r;
+	int r, t;
 
 #pragma GCC unroll 4
 	for (r = 0; r < R; r++) {
@@ -334,8 +350,10 @@ AI void q_grp_end(const uint8_t *sc, const uint8_t *zp, size_t rsb, const __m512
 				 (const void *)(zp + r * rsb))))
 			       : _mm512_set1_ps(128.0f);
 
-		acc[r] = _mm512_fmadd_ps(s, fold ? A[r] : _mm512_fnmadd_ps(z, _mm512_set1_ps(S), A[r]),
-					 acc[r]);
+#pragma GCC unroll 4
+		for (t = 0; t < T; t++)
+			acc[r][t] = _mm512_fmadd_ps(s, fold ? A[r][t] : _mm512_fnmadd_ps(z,
+						    _mm512_set1_ps(S[t]), A[r][t]), acc[r][t]);
 	}
 }
 
@@ -346,14 +364,15 @@ AI void q_grp_end(const uint8_t *sc, const uint8_t *zp, size_t rsb, const __m512
  * q4g32 only: q4g128 and q8 streamed slower so (docs/perf.md,
  * 2026-12-05 12:38). */
 AI size_t q4g32_vec_segs(const uint8_t *rs, size_t rsb, size_t ng, const ds_act *x,
-			 __m512 *acc, const int R, const int sp)
+			 __m512 acc[][VEC_ROWS], const int R, const int T, const int sp)
 {
 	const size_t G = 32, SEGB = ds_qseg_off(1, G, DS_QSEG), nseg = ng / DS_QSEG;
 	/* read once: the fence's memory clobber would reload them each group */
 	const int8_t *xq = x->q;
 	const float *xd = x->qd, *xs = x->qs;
+	const size_t ldq = x->ldq, nb = ldq / DS_QBLOCK;
 	size_t s;
-	int j, r;
+	int j, r, t;
 
 	for (s = 0; s < nseg; s++) {
 		const uint8_t *sg = rs + s * SEGB;
@@ -363,18 +382,22 @@ AI size_t q4g32_vec_segs(const uint8_t *rs, size_t rsb, size_t ng, const ds_act 
 #pragma GCC unroll 4
 		for (j = 0; j < DS_QSEG; j++) {
 			const size_t k = k0 + (size_t)j * G;
-			__m512 A[4];
-			float S = 0;
+			__m512 A[4][VEC_ROWS];
+			float S[VEC_ROWS];
 
 #pragma GCC unroll 4
-			for (r = 0; r < R; r++)
-				A[r] = _mm512_setzero_ps();
-			vec_blk(sg + ds_qgrp_w(1, G, DS_QSEG, j), rsb, xq + k, xd + k / DS_QBLOCK,
-				A, 1, R, sp);
-			S += xs[k / DS_QBLOCK];
+			for (t = 0; t < T; t++) {
+#pragma GCC unroll 4
+				for (r = 0; r < R; r++)
+					A[r][t] = _mm512_setzero_ps();
+				S[t] = 0;       /* as q_tile: -0 enters as +0 */
+				S[t] += xs[t * nb + k / DS_QBLOCK];
+			}
+			vec_blk(sg + ds_qgrp_w(1, G, DS_QSEG, j), rsb, xq + k, ldq,
+				xd + k / DS_QBLOCK, nb, A, 1, R, T, sp);
 			SCHED_FENCE();
 			q_grp_end(sg + ds_qgrp_s(1, G, j), sg + ds_qgrp_z(G, DS_QSEG, j), rsb, A,
-				  S, acc, 1, R, 0);
+				  S, acc, 1, R, T, 0);
 		}
 	}
 	return nseg * DS_QSEG;
@@ -383,52 +406,64 @@ AI size_t q4g32_vec_segs(const uint8_t *rs, size_t rsb, size_t ng, const ds_act 
 /* R row-sets from rs (q4 or q8), y their 16 R outputs; GC the group size
  * when it is a compile-time constant (0: w's). */
 AI void q_vec(const ds_mat *w, const uint8_t *rs, size_t sets, const ds_act *x,
-	      float *y, const __mmask16 *m, const int is4, const int R, const int GC,
-	      const int sp)
+	      float *y, size_t ldy, const __mmask16 *m, const int is4, const int R,
+	      const int T, const int GC, const int sp)
 {
 	const size_t kp = w->kp, G = GC ? (size_t)GC : w->type.group, ng = kp / G;
-	const size_t rsb = sets * w->rs_bytes;
+	const size_t rsb = sets * w->rs_bytes, nb = x->ldq / DS_QBLOCK;
 	const int fold = DS_Q8_FOLD(is4, G);
-	__m512 acc[4], A[4];
+	__m512 acc[4][VEC_ROWS], A[4][VEC_ROWS];
+	float S[VEC_ROWS];
 	size_t g, k;
-	int r;
+	int r, t;
 
 #pragma GCC unroll 4
 	for (r = 0; r < R; r++)
-		acc[r] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+		for (t = 0; t < T; t++)
+			acc[r][t] = _mm512_setzero_ps();
 	g = 0;
 	if (is4 && GC == 32)
-		g = q4g32_vec_segs(rs, rsb, ng, x, acc, R, sp);
+		g = q4g32_vec_segs(rs, rsb, ng, x, acc, R, T, sp);
 	for (; g < ng; g++) {
 		const uint8_t *gw = rs + ds_qgrp_w(is4, G, ng, g) - (is4 ? 8 : 16) * g * G;
-		float S = 0;
 
 		if (g % DS_QSEG == 0)
 			ds_qseg_fetch(rs, rsb, G, g, is4, R, PF(sp));
 #pragma GCC unroll 4
-		for (r = 0; r < R; r++)
-			A[r] = fold ? _mm512_set1_ps(DS_Q8_ADDEND(x->qs[g])) : _mm512_setzero_ps();
+		for (t = 0; t < T; t++) {
+#pragma GCC unroll 4
+			for (r = 0; r < R; r++)
+				A[r][t] = fold ? _mm512_set1_ps(DS_Q8_ADDEND(x->qs[t * nb + g]))
+					       : _mm512_setzero_ps();
+			S[t] = 0;
+		}
 #pragma GCC unroll 4
 		for (k = g * G; k < (g + 1) * G; k += DS_QBLOCK) {
-			vec_blk(gw + (is4 ? 8 : 16) * k, rsb, x->q + k, x->qd + k / DS_QBLOCK, A, is4, R,
-				sp);
-			S += x->qs[k / DS_QBLOCK];
+			vec_blk(gw + (is4 ? 8 : 16) * k, rsb, x->q + k, x->ldq, x->qd + k / DS_QBLOCK,
+				nb, A, is4, R, T, sp);
+#pragma GCC unroll 4
+			for (t = 0; t < T; t++)
+				S[t] += x->qs[t * nb + k / DS_QBLOCK];
 		}
 		q_grp_end(rs + ds_qgrp_s(is4, G, g), rs + (is4 ? ds_qgrp_z(G, ng, g) : 0), rsb,
-			  A, S, acc, is4, R, fold);
+			  A, S, acc, is4, R, T, fold);
 	}
 #pragma GCC unroll 4
 	for (r = 0; r < R; r++)
-		stm(y + DS_ROWSET * sets * r, m[r], acc[r]);
+#pragma GCC unroll 4
+		for (t = 0; t < T; t++)
+			stm(y + DS_ROWSET * sets * r + t * ldy, m[r], acc[r][t]);
 }
 
 AI void bf16_vec(const ds_mat *w, const uint8_t *rs, size_t sets, const ds_act *x,
 		 float *y, const __mmask16 *m, const int R);
 
-/* R row-sets for one activation row, the first at row-set rs, the others
- * `sets` row-sets apart: kind 0 q8, 1 q4, 2 bf16. */
+/* R row-sets for T activation rows (bf16: one), the first at row-set rs,
+ * the others `sets` row-sets apart: kind 0 q8, 1 q4, 2 bf16. */
 AI void vec_call(const ds_mat *w, size_t rs, size_t sets, const ds_act *x,
-		 float *y, const int kind, const int R, const int sp)
+		 float *y, size_t ldy, const int kind, const int R, const int T,
+		 const int sp)
 {
 	const uint8_t *p = w->data + rs * w->rs_bytes;
 	__mmask16 m[4];
@@ -441,32 +476,62 @@ AI void vec_call(const ds_mat *w, size_t rs, size_t sets, const ds_act *x,
 		bf16_vec(w, p, sets, x, y, m, R);
 		return;
 	}
-	switch (w->type.group) {
-	case 32: q_vec(w, p, sets, x, y, m, kind, R, 32, sp); break;
-	case 64: q_vec(w, p, sets, x, y, m, kind, R, 64, sp); break;
-	case 128: q_vec(w, p, sets, x, y, m, kind, R, 128, sp); break;
-	default: q_vec(w, p, sets, x, y, m, kind, R, 0, sp); break;
+	/* a few rows: g32's group loop compiled for its size, the others
+	 * general (g128 measured no faster compiled; each compiled variant
+	 * costs its code and 10 s of compile time) */
+	switch (T > 1 && w->type.group != 32 ? 0 : w->type.group) {
+	case 32: q_vec(w, p, sets, x, y, ldy, m, kind, R, T, 32, sp); break;
+	case 64: q_vec(w, p, sets, x, y, ldy, m, kind, R, T, 64, sp); break;
+	case 128: q_vec(w, p, sets, x, y, ldy, m, kind, R, T, 128, sp); break;
+	default: q_vec(w, p, sets, x, y, ldy, m, kind, R, T, 0, sp); break;
 	}
 }
 
-/* Row-sets rs0 .. rs1-1 for one activation row, as STREAMS(sp) streams:
- * the range in parts, each walked in address order (a stream continues
- * where the hardware prefetcher already is), then the row-sets left
- * alone.  Adjacent row-sets at a time instead (streams one row-set
+/* vec_call over the rows of x, VEC_ROWS at a time (the first reads the
+ * row-sets from memory, the others from the cache). */
+AI void vec_chunks(const ds_mat *w, size_t rs, size_t sets, const ds_act *x,
+		   float *y, size_t ldy, const int kind, const int R, const int sp)
+{
+	size_t t0;
+
+	for (t0 = 0; t0 < x->t; t0 += VEC_ROWS) {
+		ds_act a = ds_act_rows(x, t0, x->t - t0 < VEC_ROWS ? x->t - t0 : VEC_ROWS);
+		float *yt = y + t0 * ldy;
+
+		switch (a.t) {
+		case 1: vec_call(w, rs, sets, &a, yt, ldy, kind, R, 1, sp); break;
+		case 2: vec_call(w, rs, sets, &a, yt, ldy, kind, R, 2, sp); break;
+		case 3: vec_call(w, rs, sets, &a, yt, ldy, kind, R, 3, sp); break;
+		default: vec_call(w, rs, sets, &a, yt, ldy, kind, R, 4, sp); break;
+		}
+	}
+}
+
+/* Row-sets rs0 .. rs1-1 for one activation row (many 0, STREAMS(sp)
+ * streams) or a few (many 1, q4 and q8: VEC_STREAMS_N streams through
+ * vec_chunks): the range in parts, each walked in address order (a stream
+ * continues where the hardware prefetcher already is), then the row-sets
+ * left alone.  Adjacent row-sets at a time instead (streams one row-set
  * apart), or no per-block prefetches (the hardware prefetcher alone),
  * made decode slower (docs/perf.md, 2026-12-05 06:20 and 07:42). */
-AI void vecs(const ds_mat *w, const ds_act *x, float *y, size_t rs0,
-	     size_t rs1, const int kind, const int sp)
+AI void vecs(const ds_mat *w, const ds_act *x, float *y, size_t ldy, size_t rs0,
+	     size_t rs1, const int kind, const int many, const int sp)
 {
-	size_t q = (rs1 - rs0) / STREAMS(sp), rs;
+	const int ns = many ? VEC_STREAMS_N : STREAMS(sp);
+	size_t q = (rs1 - rs0) / (size_t)ns, rs;
 
 	if (q > 0)      /* the streams' first PF(sp) bytes: a claim starts cold */
-		ds_fetch_streams(w->data + rs0 * w->rs_bytes, q * w->rs_bytes, STREAMS(sp),
-				 PF(sp));
+		ds_fetch_streams(w->data + rs0 * w->rs_bytes, q * w->rs_bytes, ns, PF(sp));
 	for (rs = rs0; rs < rs0 + q; rs++)
-		vec_call(w, rs, q, x, y, kind, STREAMS(sp), sp);
-	for (rs = rs0 + STREAMS(sp) * q; rs < rs1; rs++)
-		vec_call(w, rs, 1, x, y, kind, 1, sp);
+		if (many)
+			vec_chunks(w, rs, q, x, y, ldy, kind, ns, sp);
+		else
+			vec_call(w, rs, q, x, y, ldy, kind, ns, 1, sp);
+	for (rs = rs0 + (size_t)ns * q; rs < rs1; rs++)
+		if (many)
+			vec_chunks(w, rs, 1, x, y, ldy, kind, 1, sp);
+		else
+			vec_call(w, rs, 1, x, y, ldy, kind, 1, 1, sp);
 }
 
 /* q_tile with its tile of nt rows a compile-time constant: two row-sets
@@ -487,13 +552,31 @@ AI void q_tile_n(const ds_mat *w, const uint8_t *p, const ds_act *x, size_t t,
 
 /* Row-sets in pairs while there are two, activation rows in tiles; sp:
  * the decode streams' profile (STREAMS, PF). */
+/* A few rows (2 .. VEC_MAX), one copy for both tables (the AMX table's
+ * decode streams are for one row). */
+static void q4_few(const ds_mat *w, const ds_act *x, float *y, size_t ldy, size_t rs0,
+		   size_t rs1)
+{
+	vecs(w, x, y, ldy, rs0, rs1, 1, 1, 0);
+}
+
+static void q8_few(const ds_mat *w, const ds_act *x, float *y, size_t ldy, size_t rs0,
+		   size_t rs1)
+{
+	vecs(w, x, y, ldy, rs0, rs1, 0, 1, 0);
+}
+
 AI void q_mm(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
 	     size_t rs0, size_t rs1, const int is4, const int sp)
 {
 	size_t rs, t;
 
 	if (x->t == 1) {
-		vecs(w, x, y, rs0, rs1, is4, sp);
+		vecs(w, x, y, ldy, rs0, rs1, is4, 0, sp);
+		return;
+	}
+	if (x->t <= VEC_MAX) {
+		(is4 ? q4_few : q8_few)(w, x, y, ldy, rs0, rs1);
 		return;
 	}
 	for (rs = rs0; rs < rs1; rs++) {
@@ -521,32 +604,51 @@ AI __m512 dpbf16(__m512 acc, __m512i w, __m512i x)
 	return _mm512_dpbf16_ps(acc, (__m512bh)w, (__m512bh)x);
 }
 
+/* R row-sets (1, or 2 by up to 4 rows: the decode of a few rows, two
+ * streams with prefetches) by TT activation rows from t0; m[r] the
+ * row-sets' masks.  Each row's sums are the same in either form. */
 AI void bf16_tile(const ds_mat *w, const uint8_t *rs, const ds_act *x,
-		  size_t t0, float *y, size_t ldy, __mmask16 m, const int TT)
+		  size_t t0, float *y, size_t ldy, const __mmask16 *m, const int R,
+		  const int TT)
 {
+	const size_t rsb = w->rs_bytes;
 	const uint16_t *xb[TT_MAX];
-	__m512 a0[TT_MAX], a1[TT_MAX];
+	__m512 a0[2][TT_MAX], a1[2][TT_MAX];
 	size_t c;
-	int t;
+	int t, r;
 
 	#pragma GCC unroll 8
 	for (t = 0; t < TT; t++) {
 		xb[t] = x->b + (t0 + t) * x->ldq;
-		a0[t] = a1[t] = _mm512_setzero_ps();
+		a0[0][t] = a1[0][t] = a0[1][t] = a1[1][t] = _mm512_setzero_ps();
 	}
 	for (c = 0; c < w->kp / 2; c += 2) {
-		__m512i w0 = _mm512_loadu_si512(rs + 64 * c);
-		__m512i w1 = _mm512_loadu_si512(rs + 64 * c + 64);
+		__m512i w0[2], w1[2];
 
+		#pragma GCC unroll 2
+		for (r = 0; r < R; r++) {
+			if (R == 2 && c % 16 == 0)
+				_mm_prefetch((const char *)rs + r * rsb + 64 * c + PF_AHEAD, PF_HINT);
+			w0[r] = _mm512_loadu_si512(rs + r * rsb + 64 * c);
+			w1[r] = _mm512_loadu_si512(rs + r * rsb + 64 * c + 64);
+		}
 		#pragma GCC unroll 8
 		for (t = 0; t < TT; t++) {
-			a0[t] = dpbf16(a0[t], w0, bcast32(xb[t] + 2 * c));
-			a1[t] = dpbf16(a1[t], w1, bcast32(xb[t] + 2 * c + 2));
+			__m512i b0 = bcast32(xb[t] + 2 * c), b1 = bcast32(xb[t] + 2 * c + 2);
+
+			#pragma GCC unroll 2
+			for (r = 0; r < R; r++) {
+				a0[r][t] = dpbf16(a0[r][t], w0[r], b0);
+				a1[r][t] = dpbf16(a1[r][t], w1[r], b1);
+			}
 		}
 	}
 	#pragma GCC unroll 8
 	for (t = 0; t < TT; t++)
-		stm(y + (t0 + t) * ldy, m, _mm512_add_ps(a0[t], a1[t]));
+		#pragma GCC unroll 2
+		for (r = 0; r < R; r++)
+			stm(y + (t0 + t) * ldy + r * DS_ROWSET, m[r],
+			    _mm512_add_ps(a0[r][t], a1[r][t]));
 }
 
 AI __m512 dpbf16_bc(__m512 acc, __m512i w, const void *p)
@@ -582,34 +684,46 @@ AI void bf16_vec(const ds_mat *w, const uint8_t *rs, size_t sets, const ds_act *
 }
 
 /* bf16_tile with nt a compile-time constant 1..TT_MAX. */
+/* bf16_tile with nt a compile-time constant 1..TT_MAX (R 1), 1..4 (R 2). */
 AI void bf16_tile_n(const ds_mat *w, const uint8_t *p, const ds_act *x, size_t t,
-		    float *yr, size_t ldy, __mmask16 m, size_t nt)
+		    float *yr, size_t ldy, const __mmask16 *m, const int R, size_t nt)
 {
 	switch (nt) {
-	case 1: bf16_tile(w, p, x, t, yr, ldy, m, 1); break;
-	case 2: bf16_tile(w, p, x, t, yr, ldy, m, 2); break;
-	case 3: bf16_tile(w, p, x, t, yr, ldy, m, 3); break;
-	case 4: bf16_tile(w, p, x, t, yr, ldy, m, 4); break;
-	case 5: bf16_tile(w, p, x, t, yr, ldy, m, 5); break;
-	default: bf16_tile(w, p, x, t, yr, ldy, m, 6); break;
+	case 1: bf16_tile(w, p, x, t, yr, ldy, m, R, 1); break;
+	case 2: bf16_tile(w, p, x, t, yr, ldy, m, R, 2); break;
+	case 3: bf16_tile(w, p, x, t, yr, ldy, m, R, 3); break;
+	case 4: bf16_tile(w, p, x, t, yr, ldy, m, R, 4); break;
+	case 5: bf16_tile(w, p, x, t, yr, ldy, m, 1, 5); break;
+	default: bf16_tile(w, p, x, t, yr, ldy, m, 1, 6); break;
 	}
 }
 
+/* One activation row as decode (vecs); up to VEC_MAX as two row-sets at
+ * a time by 4 rows, two streams (one row-set at a time, a single stream,
+ * two rows of a 16384 x 11008 matrix from memory cost 1.9 times one,
+ * docs/perf.md); more in tiles of one row-set by up to TT_MAX rows. */
 AI void bf16_mm(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
 		size_t rs0, size_t rs1, const int sp)
 {
 	size_t rs, t;
 
 	if (x->t == 1) {
-		vecs(w, x, y, rs0, rs1, 2, sp);
+		vecs(w, x, y, ldy, rs0, rs1, 2, 0, sp);
 		return;
 	}
 	for (rs = rs0; rs < rs1; rs++) {
 		const uint8_t *p = w->data + rs * w->rs_bytes;
+		__mmask16 m[2] = { row_mask(w, rs), rs + 1 < rs1 ? row_mask(w, rs + 1) : 0 };
 
+		if (x->t <= VEC_MAX && rs + 1 < rs1) {
+			for (t = 0; t < x->t; t += 4)
+				bf16_tile_n(w, p, x, t, y + rs * DS_ROWSET, ldy, m, 2,
+					    x->t - t < 4 ? x->t - t : 4);
+			rs++;
+			continue;
+		}
 		for (t = 0; t < x->t; t += TT_MAX)
-			bf16_tile_n(w, p, x, t, y + rs * DS_ROWSET, ldy, row_mask(w, rs),
-				    x->t - t);
+			bf16_tile_n(w, p, x, t, y + rs * DS_ROWSET, ldy, m, 1, x->t - t);
 	}
 }
 
