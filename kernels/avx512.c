@@ -334,9 +334,10 @@ AI void vec_blk(const uint8_t *wp, size_t rsb, const int8_t *xq, size_t ldq,
  * (docs/perf.md, 2026-12-05 12:38). */
 #define SCHED_FENCE() __asm__ volatile("" ::: "memory")
 
-/* acc[r] += a group's contribution: A[r] its blocks' sums, S the sum of
- * its activation block sums, scales and (q4) zeros at sc, zp (row-set 0);
- * fold: q8g32's A holds its zero's term already (kernels.h). */
+/* acc[r][t] += a group's contribution to row-set r and activation row t:
+ * A[r][t] its blocks' sums, S[t] the sum of row t's activation block
+ * sums, scales and (q4) zeros at sc, zp (row-set 0); fold: q8g32's A
+ * holds its zero's term already (kernels.h). */
 AI void q_grp_end(const uint8_t *sc, const uint8_t *zp, size_t rsb,
 		  __m512 A[][VEC_ROWS], const float *S, __m512 acc[][VEC_ROWS],
 		  const int is4, const int R, const int T, const int fold)
@@ -403,7 +404,8 @@ AI size_t q4g32_vec_segs(const uint8_t *rs, size_t rsb, size_t ng, const ds_act 
 	return nseg * DS_QSEG;
 }
 
-/* R row-sets from rs (q4 or q8), y their 16 R outputs; GC the group size
+/* R row-sets from rs (q4 or q8) for T activation rows, y their 16 R
+ * outputs of row 0, the other rows ldy floats apart; GC the group size
  * when it is a compile-time constant (0: w's). */
 AI void q_vec(const ds_mat *w, const uint8_t *rs, size_t sets, const ds_act *x,
 	      float *y, size_t ldy, const __mmask16 *m, const int is4, const int R,
@@ -683,7 +685,6 @@ AI void bf16_vec(const ds_mat *w, const uint8_t *rs, size_t sets, const ds_act *
 		stm(y + DS_ROWSET * sets * r, m[r], _mm512_add_ps(a0[r], a1[r]));
 }
 
-/* bf16_tile with nt a compile-time constant 1..TT_MAX. */
 /* bf16_tile with nt a compile-time constant 1..TT_MAX (R 1), 1..4 (R 2). */
 AI void bf16_tile_n(const ds_mat *w, const uint8_t *p, const ds_act *x, size_t t,
 		    float *yr, size_t ldy, const __mmask16 *m, const int R, size_t nt)
