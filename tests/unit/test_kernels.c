@@ -418,20 +418,26 @@ static void check_mm(ds_ttype t, size_t n, size_t k, size_t nt, int exact,
 }
 
 /* Shapes that are and are not multiples of the row-set, the vector width
- * and the group; 1..22 activation rows (up to 16 take the decode kernels'
- * path, 4 at a time and a last 1 to 4; more the tiles, with a remainder). */
+ * and the group; 1..8 activation rows, and on shapes of several row-sets
+ * (their streams and the row-sets left over) 13, 16 and 17: AVX-512 takes
+ * up to 16 rows in its decode loop, 4 at a time and a last 1 to 4, and
+ * more in tiles. */
 static void test_mm_random(void)
 {
 	static const size_t ns[] = { 1, 15, 16, 17, 40 };
 	static const size_t ks[] = { 32, 100, 128, 200, 384 };
+	static const size_t many[] = { 13, 16, 17 };
 	double worst[2] = { 0, 0 };
-	size_t ti, ni, ki, nt;
+	size_t ti, ni, ki, nt, i;
 
 	for (ti = 0; ti < N_MM_TYPES; ti++)
 		for (ni = 0; ni < 5; ni++)
-			for (ki = 0; ki < 5; ki++)
-				for (nt = 1; nt <= 22; nt += (ni + ki) % 3 + 1)
+			for (ki = 0; ki < 5; ki++) {
+				for (nt = 1; nt <= 8; nt += (ni + ki) % 3 + 1)
 					check_mm(mm_types[ti], ns[ni], ks[ki], nt, 0, worst);
+				for (i = 0; ns[ni] > DS_ROWSET && i < 3; i++)
+					check_mm(mm_types[ti], ns[ni], ks[ki], many[i], 0, worst);
+			}
 	printf("# worst |isa - scalar| / budget %.3g, |scalar - ref| / bound %.3g\n",
 	       worst[0], worst[1]);
 }
