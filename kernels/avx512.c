@@ -552,8 +552,6 @@ AI void q_tile_n(const ds_mat *w, const uint8_t *p, const ds_act *x, size_t t,
 	}
 }
 
-/* Row-sets in pairs while there are two, activation rows in tiles; sp:
- * the decode streams' profile (STREAMS, PF). */
 /* A few rows (2 .. VEC_MAX), one copy for both tables (the AMX table's
  * decode streams are for one row). */
 static void q4_few(const ds_mat *w, const ds_act *x, float *y, size_t ldy, size_t rs0,
@@ -568,6 +566,8 @@ static void q8_few(const ds_mat *w, const ds_act *x, float *y, size_t ldy, size_
 	vecs(w, x, y, ldy, rs0, rs1, 0, 1, 0);
 }
 
+/* Row-sets in pairs while there are two, activation rows in tiles; sp:
+ * the decode streams' profile (STREAMS, PF). */
 AI void q_mm(const ds_mat *w, const ds_act *x, float *y, size_t ldy,
 	     size_t rs0, size_t rs1, const int is4, const int sp)
 {
