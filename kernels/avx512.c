@@ -247,6 +247,15 @@ AI __m512i dp_bc(__m512i acc, __m512i w, const void *p)
 	return acc;
 }
 
+/* acc + the u8 x s8 dot products of w with x, in place: through the
+ * intrinsic GCC copies a sum to another register and back around each
+ * step of a loop that carries 16 of them. */
+AI __m512i dp_ip(__m512i acc, __m512i w, __m512i x)
+{
+	__asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(w), "v"(x));
+	return acc;
+}
+
 /* acc + the u8 x s8 dot products of w with activation bytes p: as an
  * embedded broadcast, or (shared) the broadcast b already loaded. */
 AI __m512i dp_x(__m512i acc, __m512i w, const int8_t *p, __m512i b, const int shared)
@@ -1476,6 +1485,80 @@ AI void blk_qk(const ds_attn_blk *a, size_t t0, size_t nt, size_t g0, float *sc,
 						 _mm512_mul_ps(acc[t][g], scale));
 }
 
+/* blk_qk over int8 keys (kernels.h K8, Q8): per block of 32 values a
+ * 4-row by 16 NG-key tile of vpdpbusd sums in registers, each quad of the
+ * 16 keys loaded once for the four rows, each row's quad broadcast once
+ * for the NG groups; then each sum scaled into the row's scores, which
+ * stay in registers too (NG 3 at most: 24 of the 32). */
+AI void blk_qk8(const ds_attn_blk *a, size_t t0, size_t nt, size_t g0, float *sc,
+		const int NG)
+{
+	const size_t gs = a->kb * DS_ATTN_Q8_BYTES;
+	const int8_t *q[4];
+	const float *dq[4];
+	__m512 f[4][3];
+	size_t b, i;
+	int t, g;
+
+#pragma GCC unroll 4
+	for (t = 0; t < 4; t++) {
+		q[t] = a->q8 + (t0 + ((size_t)t < nt ? (size_t)t : nt - 1)) * a->q8_ld;
+		dq[t] = (const float *)(const void *)(q[t] + a->kb * 32);
+#pragma GCC unroll 3
+		for (g = 0; g < NG; g++)
+			f[t][g] = _mm512_setzero_ps();
+	}
+	for (b = 0; b < a->kb; b++) {
+		const uint8_t *k = a->k8 + (g0 * a->kb + b) * DS_ATTN_Q8_BYTES;
+		__m512i acc[4][3];
+
+#pragma GCC unroll 4
+		for (t = 0; t < 4; t++)
+#pragma GCC unroll 3
+			for (g = 0; g < NG; g++)
+				acc[t][g] = _mm512_setzero_si512();
+		/* not unrolled: GCC would then run each sum's 8 steps as one chain */
+#pragma GCC unroll 1
+		for (i = 0; i < 8; i++) {
+			__m512i kv[3];
+
+#pragma GCC unroll 3
+			for (g = 0; g < NG; g++)
+				kv[g] = _mm512_loadu_si512(k + g * gs + i * 64);
+#pragma GCC unroll 4
+			for (t = 0; t < 4; t++) {
+				__m512i qb = bcast32(q[t] + b * 32 + i * 4);
+
+#pragma GCC unroll 3
+				for (g = 0; g < NG; g++)
+					acc[t][g] = dp_ip(acc[t][g], kv[g], qb);
+			}
+#pragma GCC unroll 4
+			for (t = 0; t < 4; t++)
+#pragma GCC unroll 3
+				for (g = 0; g < NG; g++)
+					__asm__("" : "+v"(acc[t][g]));
+		}
+#pragma GCC unroll 4
+		for (t = 0; t < 4; t++) {
+			__m512 d = _mm512_set1_ps(dq[t][b]);
+			__m512 c = _mm512_set1_ps(dq[t][a->kb + b] * 128.0f);
+
+#pragma GCC unroll 3
+			for (g = 0; g < NG; g++)
+				f[t][g] = _mm512_fmadd_ps(_mm512_fmsub_ps(_mm512_cvtepi32_ps(acc[t][g]), d, c),
+							  _mm512_loadu_ps(k + g * gs + 512), f[t][g]);
+		}
+	}
+#pragma GCC unroll 4
+	for (t = 0; t < 4; t++)
+#pragma GCC unroll 3
+		for (g = 0; g < NG; g++)
+			if ((size_t)t < nt)
+				_mm512_storeu_ps(sc + (t0 + t) * DS_ATTN_BLK + (g0 + g) * 16,
+						 _mm512_mul_ps(f[t][g], _mm512_set1_ps(a->scale)));
+}
+
 /* Row t's n scores s into weights rounded to bf16 (pb, zero from n to
  * np, a multiple of 16), the carried maximum and sum updated; returns
  * the factor c of the outputs so far. */
@@ -1560,7 +1643,14 @@ static void blk_tile(const ds_attn_blk *a, size_t t0, size_t nt, float *sc, uint
 	size_t g, t, d;
 	float c[4];
 
-	for (g = 0; g < ng; g += 4) {
+	for (g = 0; a->k8 && g < ng; g += 3) {
+		switch (ng - g < 3 ? ng - g : 3) {
+		case 1: blk_qk8(a, t0, nt, g, sc, 1); break;
+		case 2: blk_qk8(a, t0, nt, g, sc, 2); break;
+		default: blk_qk8(a, t0, nt, g, sc, 3); break;
+		}
+	}
+	for (g = 0; !a->k8 && g < ng; g += 4) {
 		switch (ng - g < 4 ? ng - g : 4) {
 		case 1: blk_qk(a, t0, nt, g, sc, 1); break;
 		case 2: blk_qk(a, t0, nt, g, sc, 2); break;
@@ -1707,6 +1797,7 @@ void ds_kernels_fill_avx512(ds_kernels *k)
 	k->rope = rope;
 	k->attn = attn;
 	k->attn_blk = attn_blk;
+	k->attn_q8 = 1;
 	k->read_probe = read_probe;
 	k->peak_probe = ds_avx512_peak_probe;
 }

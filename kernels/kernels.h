@@ -223,8 +223,25 @@ typedef struct ds_attn_job {
  * ml[t * ml_ld + 1] (`first`: m = -inf, l = 0, o = 0); the caller divides
  * o by l after the last block, as ds_attn_job's blocks.  The weights p
  * are rounded to bf16 for the second product and summed as rounded, so
- * the division normalizes exactly the weights that were used. */
+ * the division normalizes exactly the weights that were used.
+ *
+ * Keys in int8 (k8 set; only on kernels whose attn_q8 is set): the first
+ * product as vpdpbusd's 4-value sums, twice vdpbf16ps's multiply-adds an
+ * instruction.  Each key and query row is cut into kb blocks of 32 values
+ * (each of its two parts, the dot product's halves that come from
+ * different sources, padded to 32 on its own), every block quantized
+ * as quant_row does it (q = round(x / d), d = max|x| / 127):
+ *   K8 groups of 16 keys, each of kb blocks of 576 bytes: for quad i
+ *      (values 4i .. 4i+3 of the block) 64 bytes, key j's at 4 (j % 16),
+ *      each value q + 128 (unsigned); then the 16 keys' d as floats.  Keys
+ *      past nk: bytes 128, d 0;
+ *   Q8 row t at q8 + t * q8_ld: the kb * 32 values q (signed), then kb
+ *      floats d, then kb floats sd = d * sum(q) (quant_row's d and s);
+ * and
+ *   s_j = scale * sum_b dk[j][b] (dq[t][b] sum_i (k_i + 128) q_i - 128 sd[t][b])
+ * with the 4-value sums exact in int32.  The rest is as above. */
 #define DS_ATTN_BLK 256
+#define DS_ATTN_Q8_BYTES 576    /* a K8 block of 16 keys: 16 * 32 + 16 * 4 */
 typedef struct ds_attn_blk {
 	const uint16_t *q;     /* nt rows of bf16, q + t * q_ld: kd values,
 				  zero to an even count; q_ld even */
@@ -240,6 +257,10 @@ typedef struct ds_attn_blk {
 	float *ml;             /* [nt] running maximum and sum, ml_ld apart */
 	size_t ml_ld;
 	int first;
+	const uint8_t *k8;     /* or NULL: the block's keys in int8 (K8), k unused */
+	const int8_t *q8;      /* with k8: nt rows (Q8), q unused */
+	size_t q8_ld;          /* bytes, a multiple of 4 */
+	size_t kb;             /* blocks of 32 values a key row */
 } ds_attn_blk;
 
 /* Floats of scratch of an attn_blk call (64-byte aligned). */
@@ -261,6 +282,16 @@ void ds_attn_pack_k(uint16_t *k, size_t kd, size_t nk, size_t j0, size_t nj,
  * (then the partner of an odd last key zero); the values past vd zero. */
 void ds_attn_pack_v(uint16_t *v, size_t vd, size_t j0, size_t nj, const uint16_t *src,
 		    size_t ld);
+
+/* Bytes of a K8 block of nk keys of kb blocks; 0 if nk > DS_ATTN_BLK or
+ * kb is too large. */
+size_t ds_attn_pack_k8_size(size_t nk, size_t kb);
+/* Blocks b0 .. b0+nb-1 of the keys j0 .. j0+nj-1 into the K8 block k:
+ * key j's nb * 32 quantized values at src + (j - j0) * ld, its nb scales
+ * at d + (j - j0) * dld; j0 a multiple of 16, j0 + nj a multiple of 16 or
+ * nk (then the keys past nk to the group are packed as zero). */
+void ds_attn_pack_k8(uint8_t *k, size_t kb, size_t nk, size_t j0, size_t nj, size_t b0,
+		     size_t nb, const int8_t *src, size_t ld, const float *d, size_t dld);
 
 /* enum ds_rope_style is in types.h (shared with the hyper-parameters). */
 
@@ -320,6 +351,10 @@ typedef struct ds_kernels {
 	void (*attn)(const ds_attn_job *j, float *scratch);
 	/* scratch: DS_ATTN_BLK_SCRATCH floats, 64-byte aligned */
 	void (*attn_blk)(const ds_attn_blk *j, float *scratch);
+	/* 1: attn_blk takes int8 keys (k8), at a higher rate than bf16 ones;
+	 * 0: the forward pass gives it bf16 keys only (scalar's takes int8
+	 * ones too, as the reference) */
+	int attn_q8;
 
 	/* ---- measurement probes (ds-bench) ---- */
 	/* Read n bytes (a multiple of 256) with the widest loads; the result

@@ -192,3 +192,48 @@ void ds_attn_pack_v(uint16_t *v, size_t vd, size_t j0, size_t nj, const uint16_t
 		memset(o + 2 * vd, 0, (vdp - vd) * 4);
 	}
 }
+
+size_t ds_attn_pack_k8_size(size_t nk, size_t kb)
+{
+	if (nk > DS_ATTN_BLK || kb > SIZE_MAX / DS_ATTN_BLK / DS_ATTN_Q8_BYTES)
+		return 0;
+	return (nk + 15) / 16 * kb * DS_ATTN_Q8_BYTES;
+}
+
+/* Blocks b0 .. b0+nb-1 of lane l of group g: key values q (NULL: zero)
+ * as q + 128, scales d (NULL: 0). */
+static void pack_k8_lane(uint8_t *g, size_t l, size_t b0, size_t nb, const int8_t *q,
+			 const float *d)
+{
+	size_t b, i;
+
+	for (b = 0; b < nb; b++) {
+		uint8_t *blk = g + (b0 + b) * DS_ATTN_Q8_BYTES;
+		float s = d ? d[b] : 0.0f;
+
+		for (i = 0; i < 8; i++) {
+			uint32_t w = 0;
+
+			if (q)
+				memcpy(&w, q + b * 32 + i * 4, 4);
+			w ^= 0x80808080u;       /* + 128 in each byte */
+			memcpy(blk + i * 64 + l * 4, &w, 4);
+		}
+		memcpy(blk + 512 + l * 4, &s, 4);
+	}
+}
+
+void ds_attn_pack_k8(uint8_t *k, size_t kb, size_t nk, size_t j0, size_t nj, size_t b0,
+		     size_t nb, const int8_t *src, size_t ld, const float *d, size_t dld)
+{
+	size_t end = j0 + nj == nk ? (nk + 15) / 16 * 16 : j0 + nj, j;
+
+	for (j = j0; j < end; j++) {
+		uint8_t *g = k + j / 16 * kb * DS_ATTN_Q8_BYTES;
+
+		if (j < j0 + nj)
+			pack_k8_lane(g, j % 16, b0, nb, src + (j - j0) * ld, d + (j - j0) * dld);
+		else
+			pack_k8_lane(g, j % 16, b0, nb, NULL, NULL);
+	}
+}

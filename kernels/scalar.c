@@ -407,11 +407,33 @@ static float blk_v(const ds_attn_blk *a, size_t j, size_t d)
 	return ds_bf16_to_f32(a->v[(j / 2 * vdp + d) * 2 + j % 2]);
 }
 
+/* The score of row t and key j in int8 (kernels.h's K8 and Q8). */
+static float blk_s8(const ds_attn_blk *a, size_t t, size_t j)
+{
+	const int8_t *q = a->q8 + t * a->q8_ld;
+	const float *dq = (const float *)(const void *)(q + a->kb * 32), *sd = dq + a->kb;
+	const uint8_t *g = a->k8 + j / 16 * a->kb * DS_ATTN_Q8_BYTES;
+	double s = 0;
+	size_t b, i;
+
+	for (b = 0; b < a->kb; b++) {
+		const uint8_t *blk = g + b * DS_ATTN_Q8_BYTES;
+		int32_t acc = 0;
+		float dk;
+
+		for (i = 0; i < 32; i++)
+			acc += (int32_t)blk[i / 4 * 64 + j % 16 * 4 + i % 4] * q[b * 32 + i];
+		memcpy(&dk, blk + 512 + j % 16 * 4, 4);
+		s += (double)dk * ((double)dq[b] * acc - 128.0 * sd[b]);
+	}
+	return (float)s * a->scale;
+}
+
 /* Row t: the scores into s, the carried maximum and sum rescaled, the
  * weights rounded to bf16 as the definition (kernels.h) has them. */
 static void blk_row(const ds_attn_blk *a, size_t t, float *s)
 {
-	const uint16_t *q = a->q + t * a->q_ld;
+	const uint16_t *q = a->k8 ? NULL : a->q + t * a->q_ld;
 	float *o = a->o + t * a->o_ld, *ml = a->ml + t * a->ml_ld;
 	size_t n = a->diag && a->diag + t < a->nk ? a->diag + t : a->nk, j, i;
 	float m = a->first ? -INFINITY : ml[0], c;
@@ -420,9 +442,9 @@ static void blk_row(const ds_attn_blk *a, size_t t, float *s)
 	for (j = 0; j < n; j++) {
 		double d = 0;
 
-		for (i = 0; i < a->kd; i++)
+		for (i = 0; !a->k8 && i < a->kd; i++)
 			d += (double)ds_bf16_to_f32(q[i]) * blk_k(a, j, i);
-		s[j] = (float)d * a->scale;
+		s[j] = a->k8 ? blk_s8(a, t, j) : (float)d * a->scale;
 		m = s[j] > m ? s[j] : m;
 	}
 	c = a->first ? 0 : expf(ml[0] - m);

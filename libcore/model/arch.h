@@ -114,9 +114,10 @@ struct ds_fwd {
 	float *mla_lat;                  /* (DS_MLA_KEYS, rkv+dr) cache rows */
 	float *mla_kv;                   /* (DS_MLA_KEYS, nh*(dn+dv)) k_nope, v */
 	float *mla_kr;                   /* (DS_MLA_KEYS, nh*(dn+dr)) keys (fp32) */
-	uint16_t *mla_qb;                /* (T, nh, ds_mla_qb_ld) bf16 queries */
-	uint16_t *mla_kp, *mla_vp;       /* (nh) packed blocks of keys, values
-					    (kernels.h ds_attn_blk) */
+	uint16_t *mla_qb;                /* (T, nh, ds_mla_qb_ld) queries, bf16
+					    or int8 (kern->attn_q8) */
+	uint16_t *mla_kp, *mla_vp;       /* (nh) packed blocks of keys (bf16 or
+					    int8), values (kernels.h ds_attn_blk) */
 	float *mla_ml;                   /* (T, nh, 2) softmax max and sum */
 	float *rl;                       /* (T, E) router logits */
 	int32_t *eids;                   /* (T, n_used) */
@@ -184,11 +185,30 @@ int ds_mla_derive(ds_fwd *f, ds_err *err);
 /* Keys decompressed at a time in MLA's MHA form: one block of the
  * attention kernel (ds_attn_blk). */
 #define DS_MLA_KEYS DS_ATTN_BLK
-/* The row of a bf16 query in that form: dn + dr rounded up to 32, as
- * bf16_row writes. */
+/* Blocks of 32 values of an int8 key or query row in that form (each
+ * of the parts k_nope and k_pe padded to 32: kernels.h K8, Q8). */
+static inline size_t ds_mla_q8_blocks(const ds_hparams *hp)
+{
+	return ((size_t)hp->qk_nope_head_dim + 31) / 32 + ((size_t)hp->qk_rope_head_dim + 31) / 32;
+}
+/* The row of a query in that form, in halfwords: a bf16 row (dn + dr
+ * rounded up to 32, as bf16_row writes) or an int8 one (Q8: 40 bytes a
+ * block), whichever is longer. */
 static inline size_t ds_mla_qb_ld(const ds_hparams *hp)
 {
-	return ((size_t)hp->qk_nope_head_dim + hp->qk_rope_head_dim + 31) / 32 * 32;
+	size_t bf = ((size_t)hp->qk_nope_head_dim + hp->qk_rope_head_dim + 31) / 32 * 32;
+
+	return bf > ds_mla_q8_blocks(hp) * 20 ? bf : ds_mla_q8_blocks(hp) * 20;
+}
+/* Halfwords of a head's packed block of keys in that form: bf16 or
+ * int8 (kernels.h K8), whichever is longer. */
+static inline size_t ds_mla_kp_size(const ds_hparams *hp)
+{
+	size_t bf = ds_attn_pack_k_size(DS_MLA_KEYS, (size_t)hp->qk_nope_head_dim +
+					hp->qk_rope_head_dim);
+	size_t q8 = (ds_attn_pack_k8_size(DS_MLA_KEYS, ds_mla_q8_blocks(hp)) + 1) / 2;
+
+	return bf > q8 ? bf : q8;
 }
 /* MLA attention of the projected rows q (T, nh*(dn+dr)) and k (T,
  * rkv+dr): c normalized, q_pe and k_pe rotated, the rows into the cache,

@@ -391,7 +391,7 @@ static int bufs_init(ds_fwd *f, ds_err *err)
 				 sizeof(float), &oom);
 		f->mla_kr = fbuf(f, DS_MLA_KEYS, nh * qhd, sizeof(float), &oom);
 		f->mla_qb = fbuf(f, T * nh, ds_mla_qb_ld(hp), sizeof(uint16_t), &oom);
-		f->mla_kp = fbuf(f, nh, ds_attn_pack_k_size(DS_MLA_KEYS, qhd), sizeof(uint16_t), &oom);
+		f->mla_kp = fbuf(f, nh, ds_mla_kp_size(hp), sizeof(uint16_t), &oom);
 		f->mla_vp = fbuf(f, nh, ds_attn_pack_v_size(DS_MLA_KEYS, vd), sizeof(uint16_t), &oom);
 		f->mla_ml = fbuf(f, T, nh * 2, sizeof(float), &oom);
 	} else {

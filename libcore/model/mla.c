@@ -179,7 +179,8 @@ static void keys_read_fn(void *arg, int ith, int nth)
 }
 
 /* The run's queries rounded to bf16 into f->mla_qb (rows of
- * ds_mla_qb_ld values, zero past dn + dr). */
+ * ds_mla_qb_ld values, zero past dn + dr), or quantized to int8 where
+ * the kernels take int8 keys (rows of as many bytes as halfwords). */
 static void mla_q_fn(void *arg, int ith, int nth)
 {
 	const mla_keys *j = arg;
@@ -189,6 +190,11 @@ static void mla_q_fn(void *arg, int ith, int nth)
 	size_t ld = ds_mla_qb_ld(hp), b, e, r;
 
 	ds_split(j->T * nh, ith, nth, &b, &e);
+	if (f->kern->attn_q8) {
+		ds_attn_quant_q(f->kern, j->q, qhd, hp->qk_nope_head_dim, hp->qk_rope_head_dim,
+				(int8_t *)(void *)f->mla_qb, ld * 2, b, e);
+		return;
+	}
 	for (r = b; r < e; r++)
 		f->kern->bf16_row(j->q + r * qhd, qhd, ld, NULL, NULL, 1.0f, f->mla_qb + r * ld);
 }
@@ -237,6 +243,7 @@ static void mha_block_bf16(ds_fwd *f, const mla_keys *j, ds_attn_pk *a, size_t P
 		.kb = f->mla_lat + lat - dr, .kb_ld = lat, .nb = dr,
 		.va = f->mla_kv + dn, .va_ld = nh * (dn + dv), .va_hs = dn + dv, .vd = dv,
 		.k = f->mla_kp, .k_hs = a->k_hs, .v = f->mla_vp, .v_hs = a->v_hs,
+		.k8 = a->k8 ? (uint8_t *)f->mla_kp : NULL, .k8_hs = a->k8_hs,
 	};
 
 	ds_attn_pack(&f->ctx, &s);
@@ -280,11 +287,14 @@ static void mla_mha(ds_fwd *f, ds_kvcache *kv, const ds_layer *L, uint32_t layer
 	};
 	ds_attn_pk a = {
 		.n_head = nh, .q = f->mla_qb, .q_ld = nh * qld, .q_hs = qld,
-		.k = f->mla_kp, .k_hs = ds_attn_pack_k_size(DS_MLA_KEYS, qhd),
+		.k = f->mla_kp, .k_hs = ds_mla_kp_size(hp),
 		.v = f->mla_vp, .v_hs = ds_attn_pack_v_size(DS_MLA_KEYS, dv),
 		.kd = qhd, .vd = dv,
 		.o = f->o + r->t0 * nh * dv, .o_ld = nh * dv, .o_hs = dv,
 		.scale = f->attn_scale, .pos0 = r->pos0, .ml = f->mla_ml,
+		.k8 = f->kern->attn_q8 ? (const uint8_t *)f->mla_kp : NULL,
+		.q8 = (const int8_t *)f->mla_qb, .q8_ld = nh * qld * 2, .q8_hs = qld * 2,
+		.k8_hs = ds_mla_kp_size(hp) * 2, .kb = ds_mla_q8_blocks(hp),
 	};
 	ds_in in = { .x = f->mla_lat, .ld = hp->kv_lora_rank + dr };
 	ds_mm_out out = { .w = &L->wkv_b, .y = f->mla_kv };

@@ -410,13 +410,20 @@ static void blk_unit(const struct blk_job *j, size_t u, float *scratch)
 	size_t t1 = t0 + DS_ATTN_TOKENS < j->t ? t0 + DS_ATTN_TOKENS : j->t;
 	size_t ta = a->pos0 + t0 < a->k0 ? a->k0 - a->pos0 : t0;
 	ds_attn_blk w = {
-		.q_ld = a->q_ld, .k = a->k + h * a->k_hs, .v = a->v + h * a->v_hs,
+		.q_ld = a->q_ld, .k = a->k8 ? NULL : a->k + h * a->k_hs, .v = a->v + h * a->v_hs,
 		.kd = a->kd, .vd = a->vd, .nk = a->nk, .scale = a->scale,
 		.o_ld = a->o_ld, .ml_ld = a->n_head * 2, .first = a->k0 == 0,
 	};
 
 	if (ta < t1) {
-		w.q = a->q + ta * a->q_ld + h * a->q_hs;
+		if (a->k8) {
+			w.k8 = a->k8 + h * a->k8_hs;
+			w.q8 = a->q8 + ta * a->q8_ld + h * a->q8_hs;
+			w.q8_ld = a->q8_ld;
+			w.kb = a->kb;
+		} else {
+			w.q = a->q + ta * a->q_ld + h * a->q_hs;
+		}
 		w.nt = t1 - ta;
 		w.o = a->o + ta * a->o_ld + h * a->o_hs;
 		w.ml = a->ml + (ta * a->n_head + h) * 2;
@@ -472,6 +479,44 @@ static void pack_rows(const ds_kernels *K, const float *src, size_t ld, size_t n
 			    dst + j * ds_round_up(w, 32));
 }
 
+/* Rows r0 .. r1-1 of [a | b] in int8, as Q8 rows (kernels.h): each part
+ * by quant_row, in blocks of 32. */
+void ds_attn_quant_q(const ds_kernels *K, const float *x, size_t ld, size_t na, size_t nb,
+		     int8_t *q8, size_t q8_ld, size_t r0, size_t r1)
+{
+	size_t ba = ds_round_up(na, 32) / 32, kb = ba + ds_round_up(nb, 32) / 32, r;
+
+	for (r = r0; r < r1; r++) {
+		int8_t *q = q8 + r * q8_ld;
+		float *d = (float *)(void *)(q + kb * 32), *sd = d + kb;
+
+		K->quant_row(x + r * ld, na, ba * 32, NULL, NULL, 1.0f, q, d, sd);
+		if (nb)
+			K->quant_row(x + r * ld + na, nb, (kb - ba) * 32, NULL, NULL, 1.0f,
+				     q + ba * 32, d + ba, sd + ba);
+	}
+}
+
+/* The keys j0 .. j0+nj-1 of head h in int8 into the K8 block, their rows
+ * quantized in the thread's scratch (tq). */
+static void pack_k8(const ds_kernels *K, const ds_attn_src *s, size_t h, size_t j0, size_t nj,
+		    int8_t *tq)
+{
+	size_t ba = ds_round_up(s->na, 32) / 32, kb = ba + ds_round_up(s->nb, 32) / 32, j;
+	float *d = (float *)(void *)(tq + 16 * kb * 32), *sd = d + 16 * kb;
+
+	for (j = 0; j < nj; j++) {
+		const float *a = s->ka + (j0 + j) * s->ka_ld + h * s->ka_hs;
+		int8_t *q = tq + j * kb * 32;
+
+		K->quant_row(a, s->na, ba * 32, NULL, NULL, 1.0f, q, d + j * kb, sd + j * kb);
+		if (s->nb)
+			K->quant_row(s->kb + (j0 + j) * s->kb_ld, s->nb, (kb - ba) * 32, NULL, NULL,
+				     1.0f, q + ba * 32, d + j * kb + ba, sd + j * kb + ba);
+	}
+	ds_attn_pack_k8(s->k8 + h * s->k8_hs, kb, s->n, j0, nj, 0, kb, tq, kb * 32, d, kb);
+}
+
 /* Unit u = (head, group of 16 keys): the rows rounded in the thread's
  * scratch, then laid out. */
 static void pack_unit(const struct pack_job *j, size_t u, uint16_t *tmp)
@@ -483,9 +528,13 @@ static void pack_unit(const struct pack_job *j, size_t u, uint16_t *tmp)
 	size_t kd = s->na + s->nb;
 	uint16_t *ta = tmp, *tb = ta + 16 * la, *tv = tb + 16 * lb;
 
-	pack_rows(K, s->ka + j0 * s->ka_ld + h * s->ka_hs, s->ka_ld, nj, s->na, ta);
-	ds_attn_pack_k(s->k + h * s->k_hs, kd, s->n, j0, nj, 0, s->na, ta, la);
-	if (s->nb) {
+	if (s->k8) {
+		pack_k8(K, s, h, j0, nj, (int8_t *)(void *)ta);
+	} else {
+		pack_rows(K, s->ka + j0 * s->ka_ld + h * s->ka_hs, s->ka_ld, nj, s->na, ta);
+		ds_attn_pack_k(s->k + h * s->k_hs, kd, s->n, j0, nj, 0, s->na, ta, la);
+	}
+	if (s->nb && !s->k8) {
 		pack_rows(K, s->kb + j0 * s->kb_ld, s->kb_ld, nj, s->nb, tb);
 		ds_attn_pack_k(s->k + h * s->k_hs, kd, s->n, j0, nj, s->na, s->nb, tb, lb);
 	}

@@ -347,6 +347,12 @@ typedef struct ds_attn_pk {
 	size_t pos0, k0, nk;
 	float *ml;
 	int last;
+	/* int8 keys (kernels.h K8, Q8) when k8 is set, k and q unused: head
+	 * h's block at k8 + h * k8_hs, q8[t][h] at q8 + t * q8_ld + h * q8_hs
+	 * (bytes), kb blocks of 32 values a row */
+	const uint8_t *k8;
+	const int8_t *q8;
+	size_t k8_hs, q8_ld, q8_hs, kb;
 } ds_attn_pk;
 
 void ds_attention_blk(ds_ctx *c, const ds_attn_pk *a, size_t t);
@@ -356,14 +362,24 @@ void ds_attention_blk(ds_ctx *c, const ds_attn_pk *a, size_t t);
  * ka[j][h] (na floats at ka + j * ka_ld + h * ka_hs) then kb[j] (nb
  * floats at kb + j * kb_ld, the same for every head), its value va[j][h]
  * (vd floats); into k + h * k_hs and v + h * v_hs.  na even; 16 keys of
- * every width must fit a thread's scratch (checked). */
+ * every width must fit a thread's scratch (checked).  With k8 set the
+ * keys are quantized to int8 instead (each part in blocks of 32,
+ * kernels.h K8) into k8 + h * k8_hs, k unused. */
 typedef struct ds_attn_src {
 	size_t n_head, n;
 	const float *ka, *kb, *va;
 	size_t ka_ld, ka_hs, na, kb_ld, nb, va_ld, va_hs, vd;
 	uint16_t *k, *v;
 	size_t k_hs, v_hs;
+	uint8_t *k8;
+	size_t k8_hs;
 } ds_attn_src;
+
+/* Rows of queries [a | b] (na then nb floats, row r at x + r * ld) in
+ * int8 as kernels.h's Q8 (each part in blocks of 32), row r at q8 + r *
+ * q8_ld. */
+void ds_attn_quant_q(const ds_kernels *K, const float *x, size_t ld, size_t na, size_t nb,
+		     int8_t *q8, size_t q8_ld, size_t r0, size_t r1);
 
 void ds_attn_pack(ds_ctx *c, const ds_attn_src *s);
 

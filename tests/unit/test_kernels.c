@@ -1198,11 +1198,79 @@ static void blk_ref(const float *q, const float *kf, const float *vf, size_t n,
 	free(s);
 }
 
+/* A case of check_attn_blk: nt causal rows (diag; 0: all see every
+ * key) over n keys, the values (rounded as the kernels see them) for the
+ * reference, q's rows qld apart. */
+struct blk_case {
+	size_t nt, n, diag, kd, vd, qld;
+	const float *q, *kf, *vf;
+	float vmax;
+};
+
+/* The case through K's attn_blk, block by block: a0 holds the first
+ * block's keys (k or k8, kz elements a block) and values (vz) and the
+ * queries (q or q8), advanced here; the outputs into o and ml. */
+static void blk_run(const ds_kernels *K, const ds_attn_blk *a0, size_t kz, size_t vz,
+		    const struct blk_case *c, float *o, float *ml, float *scratch)
+{
+	const size_t B = DS_ATTN_BLK;
+	size_t b;
+
+	for (b = 0; b * B < c->n; b++) {
+		size_t k0 = b * B, t0 = 0;
+		ds_attn_blk a = *a0;
+
+		/* rows that see none of the block are left out */
+		while (c->diag && t0 < c->nt && c->diag + t0 <= k0)
+			t0++;
+		if (t0 == c->nt)
+			continue;
+		a.k = a0->k ? a0->k + b * kz : NULL;
+		a.k8 = a0->k8 ? a0->k8 + b * kz : NULL;
+		a.q = a0->q ? a0->q + t0 * a0->q_ld : NULL;
+		a.q8 = a0->q8 ? a0->q8 + t0 * a0->q8_ld : NULL;
+		a.v = a0->v + b * vz;
+		a.nk = c->n - k0 < B ? c->n - k0 : B;
+		a.nt = c->nt - t0;
+		a.o = o + t0 * a0->o_ld;
+		a.ml = ml + t0 * a0->ml_ld;
+		a.diag = c->diag ? c->diag + t0 - k0 : 0;
+		a.first = k0 == 0;
+		K->attn_blk(&a, scratch);
+	}
+}
+
+/* Outputs o (rows vd + 3 apart, sums in ml, 3 apart) against the
+ * reference: the weights' rounding to bf16 moves a weight by at most
+ * 2^-8 of itself, so an output by at most 2^-7 of the largest value,
+ * beside the scores' fp32 error.  Returns the outputs off. */
+static int blk_judge(const char *what, const struct blk_case *c, const float *o, const float *ml)
+{
+	double *ref = malloc(c->vd * sizeof(double)), qk;
+	size_t t, i;
+	int bad = 0;
+
+	for (t = 0; t < c->nt; t++) {
+		size_t lim = c->diag && c->diag + t < c->n ? c->diag + t : c->n;
+
+		blk_ref(c->q + t * c->qld, c->kf, c->vf, lim, c->kd, c->vd, 0.25f, ref, &qk);
+		for (i = 0; i < c->vd; i++) {
+			double got = o[t * (c->vd + 3) + i] / ml[t * 3 + 1];
+			double tol = c->vmax * (0x1p-7 + 2 * (ERR_F(c->kd) * U * qk + ERR_ELEM) +
+						ERR_F(c->n) * U * 2);
+
+			if (!(fabs(got - ref[i]) <= tol) && bad++ < 3)
+				printf("#   %s nt=%zu n=%zu diag=%zu kd=%zu vd=%zu: o[%zu][%zu] %.9g vs %.9g (tol %.3g)\n",
+				       what, c->nt, c->n, c->diag, c->kd, c->vd, t, i, got, ref[i], tol);
+		}
+	}
+	free(ref);
+	return bad;
+}
+
 /* nt causal rows (diag; 0: all see every key) over n keys in blocks of
  * DS_ATTN_BLK, packed in two column parts (K) as mla.c does; every table
- * against the reference: the weights' rounding to bf16 moves a weight by
- * at most 2^-8 of itself, so an output by at most 2^-7 of the largest
- * value, beside the scores' fp32 error. */
+ * against the reference (blk_judge). */
 static void check_attn_blk(size_t nt, size_t n, size_t diag, size_t kd, size_t vd)
 {
 	const size_t B = DS_ATTN_BLK, qld = kd + kd % 2 + 2;
@@ -1212,7 +1280,10 @@ static void check_attn_blk(size_t nt, size_t n, size_t diag, size_t kd, size_t v
 	float *scratch = ds_aligned_alloc(64, DS_ATTN_BLK_SCRATCH * 4, NULL);
 	uint16_t *qb = calloc(nt * qld, 2), *kp = calloc(nb * kz, 2), *vp = calloc(nb * vz, 2);
 	uint16_t *kh = malloc(n * kd * 2), *vh = malloc(n * vd * 2);
-	double *ref = malloc(vd * sizeof(double)), qk;
+	const ds_attn_blk a = { .q = qb, .q_ld = qld, .k = kp, .v = vp, .kd = kd, .vd = vd,
+				.scale = 0.25f, .o_ld = vd + 3, .ml_ld = 3 };
+	struct blk_case c = { .nt = nt, .n = n, .diag = diag, .kd = kd, .vd = vd, .qld = qld,
+			      .q = q, .kf = kf, .vf = vf };
 	size_t i, t, b, c0 = kd / 2 / 2 * 2;
 	int bad = 0, e;
 
@@ -1243,59 +1314,141 @@ static void check_attn_blk(size_t nt, size_t n, size_t diag, size_t kd, size_t v
 			ds_attn_pack_v(vp + b * vz, vd, j, nj, vh + (b * B + j) * vd, vd);
 		}
 	}
+	c.vmax = vmax;
 	for (e = 0; e < n_isa; e++) {
-		for (b = 0; b < nb; b++) {
-			size_t k0 = b * B, t0 = 0;
-			ds_attn_blk a = { .q_ld = qld, .k = kp + b * kz, .v = vp + b * vz,
-					  .kd = kd, .vd = vd, .nk = n - k0 < B ? n - k0 : B,
-					  .scale = 0.25f, .o_ld = vd + 3, .ml_ld = 3, .first = b == 0 };
-
-			/* rows that see none of the block are left out */
-			while (diag && t0 < nt && diag + t0 <= k0)
-				t0++;
-			if (t0 == nt)
-				continue;
-			a.q = qb + t0 * qld;
-			a.nt = nt - t0;
-			a.o = o + t0 * (vd + 3);
-			a.ml = ml + t0 * 3;
-			a.diag = diag ? diag + t0 - k0 : 0;
-			a.first = k0 == 0;
-			isa_tab[e]->attn_blk(&a, scratch);
-		}
-		for (t = 0; t < nt; t++) {
-			size_t lim = diag && diag + t < n ? diag + t : n;
-
-			blk_ref(q + t * qld, kf, vf, lim, kd, vd, 0.25f, ref, &qk);
-			for (i = 0; i < vd; i++) {
-				double got = o[t * (vd + 3) + i] / ml[t * 3 + 1];
-				double tol = vmax * (0x1p-7 + 2 * (ERR_F(kd) * U * qk + ERR_ELEM) +
-						     ERR_F(n) * U * 2);
-
-				if (!(fabs(got - ref[i]) <= tol) && bad++ < 3)
-					printf("#   %s nt=%zu n=%zu diag=%zu kd=%zu vd=%zu: o[%zu][%zu] %.9g vs %.9g (tol %.3g)\n",
-					       isa_tab[e]->name, nt, n, diag, kd, vd, t, i, got, ref[i], tol);
-			}
-		}
+		blk_run(isa_tab[e], &a, kz, vz, &c, o, ml, scratch);
+		bad += blk_judge(isa_tab[e]->name, &c, o, ml);
 	}
 	T_CHECK(bad == 0);
 	free(q); free(kf); free(vf); free(o); free(ml); free(scratch);
-	free(qb); free(kp); free(vp); free(kh); free(vh); free(ref);
+	free(qb); free(kp); free(vp); free(kh); free(vh);
 }
+
+/* Part x (n values) in int8 as kernels.h has it (blocks of 32, d =
+ * max|x| / 127, q = round(x / d)), written independently of quant_row:
+ * q and d for each block, the values it stands for back into x. */
+static void q8_part(float *x, size_t n, int8_t *q, float *d, float *sd)
+{
+	size_t b, i;
+
+	for (b = 0; b * 32 < n; b++) {
+		float m = 0;
+		int s = 0;
+
+		for (i = b * 32; i < n && i < b * 32 + 32; i++)
+			m = fmaxf(m, fabsf(x[i]));
+		d[b] = m / 127.0f;
+		for (i = b * 32; i < b * 32 + 32; i++) {
+			q[i] = i < n && m > 0 ? (int8_t)lrintf(x[i] * 127.0f / m) : 0;
+			s += q[i];
+			if (i < n)
+				x[i] = q[i] * d[b];
+		}
+		if (sd)
+			sd[b] = d[b] * (float)s;
+	}
+}
+
+/* check_attn_blk with int8 keys (kernels.h K8, Q8), the row cut into
+ * parts [0, c0) and [c0, kd): each table that takes them (and scalar's,
+ * the reference kernel) against the double reference over the values
+ * the int8 rows stand for.  The scores' sums are exact, so the bound is
+ * check_attn_blk's. */
+static void check_attn_blk8(size_t nt, size_t n, size_t diag, size_t kd, size_t vd)
+{
+	const size_t B = DS_ATTN_BLK, c0 = kd / 3 * 2;
+	const size_t ba = (c0 + 31) / 32, kb = ba + (kd - c0 + 31) / 32, qld = kb * 40;
+	size_t nb = (n + B - 1) / B, kz = ds_attn_pack_k8_size(B, kb), vz = ds_attn_pack_v_size(B, vd);
+	float *q = rnd(nt * kd, 1), *kf = rnd(n * kd, 2), *vf = rnd(n * vd, 1);
+	float *o = malloc(nt * (vd + 3) * 4), *ml = malloc(nt * 3 * 4), *kd8 = malloc(n * kb * 4);
+	float *scratch = ds_aligned_alloc(64, DS_ATTN_BLK_SCRATCH * 4, NULL), vmax = 0;
+	int8_t *q8 = calloc(nt, qld), *k8 = calloc(n, kb * 32);
+	uint8_t *kp = calloc(nb, kz);
+	uint16_t *vp = calloc(nb * vz, 2), *vh = malloc(n * vd * 2);
+	const ds_attn_blk a = { .q8 = q8, .q8_ld = qld, .k8 = kp, .kb = kb, .v = vp, .kd = kd,
+				.vd = vd, .scale = 0.25f, .o_ld = vd + 3, .ml_ld = 3 };
+	struct blk_case c = { .nt = nt, .n = n, .diag = diag, .kd = kd, .vd = vd, .qld = kd,
+			      .q = q, .kf = kf, .vf = vf };
+	size_t i, t, b;
+	int bad = 0, e;
+
+	T_CHECK(kz > 0 && vz > 0);
+	/* queries off zero and keys of unlike sizes, so that the sums of q
+	 * move the scores unevenly */
+	for (i = 0; i < nt * kd; i++)
+		q[i] += 0.5f;
+	for (i = 0; i < n * kd; i++)
+		kf[i] *= (float)(1 + i / kd % 5) / 4;
+	for (t = 0; t < nt; t++) {
+		int8_t *r = q8 + t * qld;
+		float *d = (float *)(void *)(r + kb * 32);
+
+		q8_part(q + t * kd, c0, r, d, d + kb);
+		q8_part(q + t * kd + c0, kd - c0, r + ba * 32, d + ba, d + kb + ba);
+	}
+	for (i = 0; i < n; i++) {
+		q8_part(kf + i * kd, c0, k8 + i * kb * 32, kd8 + i * kb, NULL);
+		q8_part(kf + i * kd + c0, kd - c0, k8 + i * kb * 32 + ba * 32, kd8 + i * kb + ba, NULL);
+	}
+	for (i = 0; i < n * vd; i++)
+		vh[i] = ds_f32_to_bf16(vf[i]);
+	to_bf16(vf, n * vd);
+	for (i = 0; i < n * vd; i++)
+		vmax = fmaxf(vmax, fabsf(vf[i]));
+	for (b = 0; b < nb; b++) {
+		size_t nk = n - b * B < B ? n - b * B : B, j;
+
+		for (j = 0; j < nk; j += 32) {   /* in parts, as the ops may */
+			size_t nj = nk - j < 32 ? nk - j : 32, r = b * B + j;
+
+			ds_attn_pack_k8(kp + b * kz, kb, nk, j, nj, 0, ba, k8 + r * kb * 32,
+					kb * 32, kd8 + r * kb, kb);
+			ds_attn_pack_k8(kp + b * kz, kb, nk, j, nj, ba, kb - ba,
+					k8 + r * kb * 32 + ba * 32, kb * 32, kd8 + r * kb + ba, kb);
+			ds_attn_pack_v(vp + b * vz, vd, j, nj, vh + r * vd, vd);
+		}
+	}
+	c.vmax = vmax;
+	for (e = 0; e < n_isa; e++) {
+		if (!isa_tab[e]->attn_q8 && isa_tab[e]->isa != DS_ISA_SCALAR)
+			continue;
+		blk_run(isa_tab[e], &a, kz, vz, &c, o, ml, scratch);
+		bad += blk_judge(isa_tab[e]->name, &c, o, ml);
+	}
+	T_CHECK(bad == 0);
+	free(q); free(kf); free(vf); free(o); free(ml); free(kd8); free(scratch);
+	free(q8); free(k8); free(kp); free(vp); free(vh);
+}
+
+/* nt, n, diag, kd, vd: V2-Lite's heads (192, 128), a diagonal block and
+ * whole ones; odd sizes (widths off the vectors, rows and keys off the
+ * tiles); a long row (8 blocks carried). */
+static const size_t blk_cases[][5] = {
+	{ 16, 600, 585, 192, 128 }, { 16, 16, 1, 192, 128 }, { 13, 256, 0, 192, 128 },
+	{ 7, 77, 71, 37, 45 }, { 3, 300, 0, 64, 32 }, { 1, 1, 1, 2, 16 },
+	{ 5, 520, 516, 96, 100 }, { 2, 2048, 2047, 64, 64 },
+};
 
 static void test_attention_blk(void)
 {
-	/* V2-Lite's heads (192, 128), a diagonal block and whole ones */
-	check_attn_blk(16, 600, 585, 192, 128);
-	check_attn_blk(16, 16, 1, 192, 128);
-	check_attn_blk(13, 256, 0, 192, 128);
-	/* odd sizes: widths off the vectors, rows and keys off the tiles */
-	check_attn_blk(7, 77, 71, 37, 45);
-	check_attn_blk(3, 300, 0, 64, 32);
-	check_attn_blk(1, 1, 1, 2, 16);
-	check_attn_blk(5, 520, 516, 96, 100);
-	/* a long row: 8 blocks carried */
-	check_attn_blk(2, 2048, 2047, 64, 64);
+	size_t i;
+
+	for (i = 0; i < sizeof blk_cases / sizeof blk_cases[0]; i++) {
+		const size_t *k = blk_cases[i];
+
+		check_attn_blk(k[0], k[1], k[2], k[3], k[4]);
+	}
+}
+
+static void test_attention_blk8(void)
+{
+	size_t i;
+
+	for (i = 0; i < sizeof blk_cases / sizeof blk_cases[0]; i++) {
+		const size_t *k = blk_cases[i];
+
+		check_attn_blk8(k[0], k[1], k[2], k[3], k[4]);
+	}
 }
 
 /* ---- dispatch ------------------------------------------------------------- */
@@ -1420,5 +1573,6 @@ int main(int argc, char **argv)
 	T_RUN(test_kv_store);
 	T_RUN(test_attention);
 	T_RUN(test_attention_blk);
+	T_RUN(test_attention_blk8);
 	return t_done();
 }
