@@ -1572,7 +1572,9 @@ static float blk_weights(const ds_attn_blk *a, size_t t, const float *s, uint16_
 	for (j = 0; j < np; j += 16) {
 		__mmask16 mk = j < n ? tail(n, j) : 0;
 		__m512 e = exp512(_mm512_sub_ps(ldm(mk, s + j), _mm512_set1_ps(m)));
-		__m256i b = to_bf16(_mm512_maskz_mov_ps(mk, e));
+		/* vcvtneps2bf16: to_bf16's rounding in one instruction (the
+		 * weights are never NaN) */
+		__m256i b = (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_mov_ps(mk, e));
 
 		_mm256_storeu_si256((void *)(pb + j), b);
 		sum = _mm512_add_ps(sum, _mm512_castsi512_ps(_mm512_slli_epi32(
