@@ -148,15 +148,12 @@ test: all $(TESTS) | test-deps
 # The whole suite under ASan + UBSan (and LeakSanitizer, part of ASan: a
 # leak exits 23, so no test expecting status 1 can take it for a refusal;
 # tests/lsan-mpi.supp names what Open MPI keeps past MPI_Finalize).
-# kernels/ build at -O2, instrumented all the same: the suite spends most
-# of its time in their loops, which -O1 leaves much slower.
-SAN = -fsanitize=address,undefined -fno-sanitize-recover=undefined
 sanitize: export ASAN_OPTIONS = detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1
 sanitize: export LSAN_OPTIONS = exitcode=23:suppressions=$(CURDIR)/tests/lsan-mpi.supp:print_suppressions=0
 sanitize: export UBSAN_OPTIONS = print_stacktrace=1:halt_on_error=1
 sanitize:
 	@$(MAKE) --no-print-directory O=build/asan BIN=build/asan/bin \
-		OPT="-O1 -fno-omit-frame-pointer $(SAN)" KOPT="-O2 -fno-omit-frame-pointer $(SAN)" \
+		OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
 		LDFLAGS="-fsanitize=address,undefined" test
 
 # libFuzzer builds (clang): the library instrumented in build/fuzz/, one
