@@ -231,8 +231,9 @@ static void mha_block_f32(ds_fwd *f, const mla_keys *j, ds_attn *a, size_t P)
 }
 
 /* The attention of a block in bf16 (the other types, whose derived
- * matrices are bf16 too): keys and values packed for ds_attention_blk. */
-static void mha_block_bf16(ds_fwd *f, const mla_keys *j, ds_attn_pk *a, size_t P)
+ * matrices are bf16 too): keys (bf16, or int8 where the kernels take
+ * them) and values packed for ds_attention_blk. */
+static void mha_block_packed(ds_fwd *f, const mla_keys *j, ds_attn_pk *a, size_t P)
 {
 	const ds_hparams *hp = f->hp;
 	size_t nh = hp->n_head, dn = hp->qk_nope_head_dim, dr = hp->qk_rope_head_dim;
@@ -309,7 +310,7 @@ static void mla_mha(ds_fwd *f, ds_kvcache *kv, const ds_layer *L, uint32_t layer
 		in.t = j.n;
 		ds_matmul_many(&f->ctx, &in, &out, 1);
 		if (bf)
-			mha_block_bf16(f, &j, &a, P);
+			mha_block_packed(f, &j, &a, P);
 		else
 			mha_block_f32(f, &j, &fa, P);
 	}

@@ -479,21 +479,31 @@ static void pack_rows(const ds_kernels *K, const float *src, size_t ld, size_t n
 			    dst + j * ds_round_up(w, 32));
 }
 
-/* Rows r0 .. r1-1 of [a | b] in int8, as Q8 rows (kernels.h): each part
- * by quant_row, in blocks of 32. */
+/* A row [a | b] (na, nb floats) in int8, each part by quant_row in
+ * blocks of 32 (kernels.h K8, Q8): kb blocks of values q, their scales
+ * d and sums sd. */
+static void quant_parts(const ds_kernels *K, const float *a, size_t na, const float *b,
+			size_t nb, int8_t *q, float *d, float *sd)
+{
+	size_t ba = ds_round_up(na, 32) / 32;
+
+	K->quant_row(a, na, ba * 32, NULL, NULL, 1.0f, q, d, sd);
+	if (nb)
+		K->quant_row(b, nb, ds_round_up(nb, 32), NULL, NULL, 1.0f, q + ba * 32, d + ba,
+			     sd + ba);
+}
+
+/* Rows r0 .. r1-1 of [a | b] as Q8 rows. */
 void ds_attn_quant_q(const ds_kernels *K, const float *x, size_t ld, size_t na, size_t nb,
 		     int8_t *q8, size_t q8_ld, size_t r0, size_t r1)
 {
-	size_t ba = ds_round_up(na, 32) / 32, kb = ba + ds_round_up(nb, 32) / 32, r;
+	size_t kb = ds_round_up(na, 32) / 32 + ds_round_up(nb, 32) / 32, r;
 
 	for (r = r0; r < r1; r++) {
 		int8_t *q = q8 + r * q8_ld;
-		float *d = (float *)(void *)(q + kb * 32), *sd = d + kb;
+		float *d = (float *)(void *)(q + kb * 32);
 
-		K->quant_row(x + r * ld, na, ba * 32, NULL, NULL, 1.0f, q, d, sd);
-		if (nb)
-			K->quant_row(x + r * ld + na, nb, (kb - ba) * 32, NULL, NULL, 1.0f,
-				     q + ba * 32, d + ba, sd + ba);
+		quant_parts(K, x + r * ld, na, x + r * ld + na, nb, q, d, d + kb);
 	}
 }
 
@@ -502,18 +512,13 @@ void ds_attn_quant_q(const ds_kernels *K, const float *x, size_t ld, size_t na, 
 static void pack_k8(const ds_kernels *K, const ds_attn_src *s, size_t h, size_t j0, size_t nj,
 		    int8_t *tq)
 {
-	size_t ba = ds_round_up(s->na, 32) / 32, kb = ba + ds_round_up(s->nb, 32) / 32, j;
+	size_t kb = ds_round_up(s->na, 32) / 32 + ds_round_up(s->nb, 32) / 32, j;
 	float *d = (float *)(void *)(tq + 16 * kb * 32), *sd = d + 16 * kb;
 
-	for (j = 0; j < nj; j++) {
-		const float *a = s->ka + (j0 + j) * s->ka_ld + h * s->ka_hs;
-		int8_t *q = tq + j * kb * 32;
-
-		K->quant_row(a, s->na, ba * 32, NULL, NULL, 1.0f, q, d + j * kb, sd + j * kb);
-		if (s->nb)
-			K->quant_row(s->kb + (j0 + j) * s->kb_ld, s->nb, (kb - ba) * 32, NULL, NULL,
-				     1.0f, q + ba * 32, d + j * kb + ba, sd + j * kb + ba);
-	}
+	for (j = 0; j < nj; j++)
+		quant_parts(K, s->ka + (j0 + j) * s->ka_ld + h * s->ka_hs, s->na,
+			    s->kb + (j0 + j) * s->kb_ld, s->nb, tq + j * kb * 32, d + j * kb,
+			    sd + j * kb);
 	ds_attn_pack_k8(s->k8 + h * s->k8_hs, kb, s->n, j0, nj, 0, kb, tq, kb * 32, d, kb);
 }
 
