@@ -1533,6 +1533,7 @@ AI void blk_qk8(const ds_attn_blk *a, size_t t0, size_t nt, size_t g0, float *sc
 				for (g = 0; g < NG; g++)
 					acc[t][g] = dp_ip(acc[t][g], kv[g], qb);
 			}
+			/* each sum stays in its register from step to step */
 #pragma GCC unroll 4
 			for (t = 0; t < 4; t++)
 #pragma GCC unroll 3
@@ -1652,7 +1653,7 @@ static void blk_tile(const ds_attn_blk *a, size_t t0, size_t nt, float *sc, uint
 		default: blk_qk8(a, t0, nt, g, sc, 3); break;
 		}
 	}
-	for (g = 0; !a->k8 && g < ng; g += 4) {
+	for (g = 0; a->k8 == NULL && g < ng; g += 4) {
 		switch (ng - g < 4 ? ng - g : 4) {
 		case 1: blk_qk(a, t0, nt, g, sc, 1); break;
 		case 2: blk_qk(a, t0, nt, g, sc, 2); break;

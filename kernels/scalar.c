@@ -407,6 +407,18 @@ static float blk_v(const ds_attn_blk *a, size_t j, size_t d)
 	return ds_bf16_to_f32(a->v[(j / 2 * vdp + d) * 2 + j % 2]);
 }
 
+/* The score of row t and key j in bf16. */
+static float blk_s16(const ds_attn_blk *a, size_t t, size_t j)
+{
+	const uint16_t *q = a->q + t * a->q_ld;
+	double d = 0;
+	size_t i;
+
+	for (i = 0; i < a->kd; i++)
+		d += (double)ds_bf16_to_f32(q[i]) * blk_k(a, j, i);
+	return (float)d * a->scale;
+}
+
 /* The score of row t and key j in int8 (kernels.h's K8 and Q8). */
 static float blk_s8(const ds_attn_blk *a, size_t t, size_t j)
 {
@@ -433,18 +445,13 @@ static float blk_s8(const ds_attn_blk *a, size_t t, size_t j)
  * weights rounded to bf16 as the definition (kernels.h) has them. */
 static void blk_row(const ds_attn_blk *a, size_t t, float *s)
 {
-	const uint16_t *q = a->k8 ? NULL : a->q + t * a->q_ld;
 	float *o = a->o + t * a->o_ld, *ml = a->ml + t * a->ml_ld;
 	size_t n = a->diag && a->diag + t < a->nk ? a->diag + t : a->nk, j, i;
 	float m = a->first ? -INFINITY : ml[0], c;
 	double l = a->first ? 0 : ml[1];
 
 	for (j = 0; j < n; j++) {
-		double d = 0;
-
-		for (i = 0; !a->k8 && i < a->kd; i++)
-			d += (double)ds_bf16_to_f32(q[i]) * blk_k(a, j, i);
-		s[j] = a->k8 ? blk_s8(a, t, j) : (float)d * a->scale;
+		s[j] = a->k8 ? blk_s8(a, t, j) : blk_s16(a, t, j);
 		m = s[j] > m ? s[j] : m;
 	}
 	c = a->first ? 0 : expf(ml[0] - m);
