@@ -35,14 +35,17 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: ds-bench (-m DIR | --synthetic SHAPE [--layers N] [--type TYPE])\n"
-		"                [-b N] [--cpus LIST] [--ctx-size N] [--hugepages] [--mlock]\n"
+		"                [-b N] [--cache-type TYPE] [--cpus LIST] [--ctx-size N]\n"
+		"                [--hugepages] [--mlock]\n"
 		"                [-n N,...] [--no-populate] [--numa MODE] [-o md|csv|json|jsonl]\n"
 		"                [-p N,...] [-r N] [--seed N] [-t N,...]\n"
 		"       mpirun -n R ds-bench --mpi [--mpi-timeout S] -m DIR [...]\n"
 		"       ds-bench -m DIR --spec mtp|ngram|draft [--spec-k K] [--draft DIR]\n"
-		"                --prompt-file FILE [--repeat-penalty R] [-n N] [-r N] [-t N]\n"
+		"                --prompt-file FILE [--repeat-penalty R] [--cache-type TYPE]\n"
+		"                [-n N] [-r N] [-t N]\n"
 		"       ds-bench (-m DIR | --synthetic SHAPE [--layers N] [--type TYPE])\n"
-		"                --verify E [-p CTX] [-r N] [-t N] [-o md|csv]\n"
+		"                --verify E [--cache-type TYPE] [-p CTX] [-r N] [-t N]\n"
+		"                [-o md|csv]\n"
 		"       ds-bench -m DIR --grammar DOC.json [--grammar DOC.json ...]\n"
 		"       ds-bench --synthetic SHAPE [--layers N] [--type TYPE] --save DIR\n"
 		"       ds-bench --synthetic list\n"
@@ -62,6 +65,8 @@ typedef struct opts {
 	int n_pp, n_tg;
 	int threads[16], n_threads, threads_set;
 	int hugepages, mlock, no_populate, mpi;
+	enum ds_kvtype kv_type;   /* --cache-type; DS_KV_F16 unless given */
+	int kv_set;
 	double mpi_timeout;
 	unsigned long long seed;
 	ds_report out;
@@ -130,6 +135,13 @@ static int parse_opt(opts *o, int c, const char *a)
 		o->ctx = v;
 		return 0;
 	case 'H': o->hugepages = 1; return 0;
+	case 'Z': {
+		ds_err e;
+
+		o->kv_set = 1;
+		return ds_kvtype_parse(a, &o->kv_type, &e) ? ds_opt_bad("--cache-type", a, e.msg)
+							   : 0;
+	}
 	case 'b':
 		if (ds_parse_long(a, 1, DS_BATCH_MAX, &o->batch))
 			return ds_opt_bad("--batch", a, "expected 1 to 65536");
@@ -236,7 +248,7 @@ static int check_spec(const opts *o)
 		return 2;
 	}
 	if (o->n_gdocs && (!o->dir || o->spec || o->verify || o->n_pp || o->n_tg ||
-			   other || o->mpi || o->out.fmt != DS_REPORT_MD)) {
+			   other || o->mpi || o->kv_set || o->out.fmt != DS_REPORT_MD)) {
 		warnx("--grammar takes -m DIR alone (markdown rows)");
 		return 2;
 	}
@@ -264,8 +276,9 @@ static int check_opts(const opts *o)
 		return 2;
 	}
 	if (o->mode != 'B' && (o->n_pp || o->n_tg || o->reps || o->ctx || o->batch ||
-			       o->hugepages || o->numa || o->mlock || o->no_populate)) {
-		warnx("-p, -n, -r, -b, --ctx-size and the loading "
+			       o->kv_set || o->hugepages || o->numa || o->mlock ||
+			       o->no_populate)) {
+		warnx("-p, -n, -r, -b, --cache-type, --ctx-size and the loading "
 			"options need -m or --synthetic");
 		return 2;
 	}
@@ -294,6 +307,7 @@ static int parse_args(opts *o, int argc, char **argv)
 {
 	static const struct option lo[] = {
 		{ "batch", required_argument, NULL, 'b' },
+		{ "cache-type", required_argument, NULL, 'Z' },
 		{ "cpu-time", no_argument, NULL, 'C' },
 		{ "cpus", required_argument, NULL, 'c' },
 		{ "ctx-size", required_argument, NULL, 'G' },
@@ -337,6 +351,7 @@ static int parse_args(opts *o, int argc, char **argv)
 	o->threads[0] = 1;
 	o->threads[1] = 2;
 	o->n_threads = 2;
+	o->kv_type = DS_KV_F16;
 	while ((c = getopt_long(argc, argv, "b:hm:n:o:p:qr:s:t:w:", lo, NULL)) != -1) {
 		if (c == 'h') {
 			usage(stdout);
@@ -427,7 +442,7 @@ static uint64_t extra_bytes(const opts *o, const ds_hparams *hp, uint64_t bytes)
 	for (i = 0; i < o->n_tg; i++)
 		mn = o->tg[i] > mn ? o->tg[i] : mn;
 	if (ds_kvcache_size(hp, 1, o->ctx ? (uint32_t)o->ctx : mp + mn + 1,
-			    DS_KV_F16, &kv, &err))
+			    o->kv_type, &kv, &err))
 		kv = 0;
 	return kv + (o->hugepages ? bytes : 0) + ((uint64_t)512 << 20);
 }
@@ -531,7 +546,7 @@ static int run_model(opts *o, ds_dist *d, ds_err *err)
 		.tg = o->n_tg ? o->tg : &def_tg, .n_tg = o->n_tg ? o->n_tg : 1,
 		.threads = o->threads, .n_threads = o->n_threads,
 		.reps = o->reps ? (int)o->reps : 5, .ctx_size = (uint32_t)o->ctx,
-		.batch = (uint32_t)o->batch,
+		.batch = (uint32_t)o->batch, .kv_type = o->kv_type,
 		.cpus = o->cpus, .seed = o->seed, .progress = stderr, .model = &mm,
 		.load = { .no_populate = o->no_populate, .mlock = o->mlock,
 			  .hugepages = o->hugepages },
@@ -579,7 +594,7 @@ static int run_spec(opts *o, ds_err *err)
 	ds_specbench_opts so = {
 		.so = { .dir = o->dir, .threads = o->threads[0], .cpus = o->cpus,
 			.ctx_size = (uint32_t)o->ctx, .batch = (uint32_t)o->batch,
-			.slots = 1, .kv_type = DS_KV_F16,
+			.slots = 1, .kv_type = o->kv_type,
 			.tok = DS_SESS_TOK_NEED, .tok_why = "--prompt-file needs",
 			.spec = o->spec, .spec_k = (uint32_t)o->spec_k, .draft_dir = o->draft },
 		.prompt_file = o->prompt_file, .n = o->n_tg ? o->tg[0] : 128,
@@ -603,7 +618,7 @@ static int run_verify(opts *o, ds_err *err)
 	ds_verify_opts vo = {
 		.threads = o->threads[0], .cpus = o->cpus, .max_e = (uint32_t)o->verify,
 		.ctx = o->n_pp ? o->pp[0] : 128, .reps = o->reps ? (int)o->reps : 10,
-		.progress = stderr,
+		.kv_type = o->kv_type, .progress = stderr,
 	};
 	ds_verify_row r;
 	int rc;

@@ -296,7 +296,7 @@ static int threads_fwd(mb *b, int threads, ds_err *err)
 
 	if (ds_pool_init(&b->pool, &po, err) ||
 	    ds_fwd_init(&b->f, b->m, b->pool, &fo, err) ||
-	    ds_kvcache_init(&b->kv, &b->m->hp, 1, b->n_ctx, DS_KV_F16, err))
+	    ds_kvcache_init(&b->kv, &b->m->hp, 1, b->n_ctx, b->o->kv_type, err))
 		return -1;
 	return 0;
 }
@@ -431,6 +431,7 @@ static int load(mb *b, ds_placement *pl, ds_err *err)
 	mm->name = o->name ? o->name : o->dir;
 	mm->hugepages = pl->huge;
 	mm->isa = ds_kernels_name();
+	mm->kv_type = ds_kvtype_name(o->kv_type);
 	mm->n_layer = b->m->hp.n_layer;
 	snprintf(mm->arch, sizeof mm->arch, "%s", ds_arch_name(b->m->hp.arch));
 	snprintf(mm->type, sizeof mm->type, "%s", b->m->quant.type);

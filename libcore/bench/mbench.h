@@ -5,7 +5,7 @@
  * peaks measured in the same process (ds-bench(1) defines every field).
  *
  *   pp   one batch of p random tokens at positions 0..p-1 of an empty
- *        cache (chunks of at most 512), logits of the last;
+ *        cache (chunks of the batch option's size), logits of the last;
  *        pp_ts = p / time; ttft = the same time plus choosing the first
  *        token (argmax of those logits)
  *   tg   n decode steps of one random token each, from an empty cache
@@ -67,6 +67,7 @@ typedef struct ds_mbench_model {
 	double synth_s;           /* --synthetic: time to write them */
 	int hugepages;            /* 1: weights in MAP_HUGETLB pages */
 	const char *isa;          /* ds_kernels_name() */
+	const char *kv_type;      /* ds_kvtype_name() of the cache */
 } ds_mbench_model;
 
 /* One (p, n, threads) combination. */
@@ -108,6 +109,7 @@ typedef struct ds_mbench_opts {
 	uint32_t ctx_size;        /* 0: max p + max n */
 	uint32_t batch;           /* a prompt's chunk (0: DS_SESSION_BATCH,
 				     as ds-run's) */
+	enum ds_kvtype kv_type;   /* the cache's (ds-run --cache-type) */
 	const char *cpus;         /* pin the pool (ds_pool_opts.cpus) */
 	ds_load_opts load;
 	uint64_t seed;            /* the random tokens */

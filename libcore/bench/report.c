@@ -144,7 +144,7 @@ typedef struct field {
 	double v;
 } field;
 
-#define NFIELDS 46
+#define NFIELDS 47
 
 static field fs(const char *name, const char *s)
 {
@@ -189,6 +189,7 @@ static void row_fields(const ds_mbench_row *r, field *f)
 		fv("tg_comm_ms", F_NUM, r->tg_comm.ms),
 		fv("tg_comm_share", F_NUM, r->tg_comm.share),
 		fv("tg_wait_max_ms", F_NUM, r->tg_comm.wait_max_ms),
+		fs("cache_type", m->kv_type),
 	};
 
 	memcpy(f, all, sizeof all);
@@ -248,12 +249,12 @@ static void md_header(FILE *f, const ds_mbench_row *r)
 	char a[32], b[32], c[32], d[32];
 
 	fprintf(f, "model %s: %s, %s, %u layers, %s, %s params (%s active, %s read "
-		"per token%s), kernels %s, loaded in %.2f s%s\n\n", m->name, m->arch,
+		"per token%s), kernels %s, KV cache %s, loaded in %.2f s%s\n\n", m->name, m->arch,
 		m->type, m->n_layer, ds_report_bytes(m->model_bytes, a, sizeof a),
 		ds_report_count(m->params, b, sizeof b),
 		ds_report_count(m->active_params, c, sizeof c),
 		ds_report_bytes(m->active_bytes, d, sizeof d),
-		r->ranks > 1 ? " by rank 0" : "", m->isa, m->load_s,
+		r->ranks > 1 ? " by rank 0" : "", m->isa, m->kv_type, m->load_s,
 		m->hugepages ? ", in hugepages" : "");
 	if (r->ranks > 1)
 		fprintf(f, "%d ranks; comm: what the ranks sent each other per token, "

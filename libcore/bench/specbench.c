@@ -223,7 +223,7 @@ int ds_specbench_verify(const ds_verify_opts *o, ds_verify_row *row, ds_err *err
 	have_m = 1;     /* freeable whatever the outcome */
 	if (ds_model_open(&m, pool, o->dir, &o->load, &pl, warn, sizeof warn, err) ||
 	    ds_fwd_init(&b.f, &m, pool, &fo, err) ||
-	    ds_kvcache_init(&b.kv, &m.hp, 1, n + 1, DS_KV_F16, err))
+	    ds_kvcache_init(&b.kv, &m.hp, 1, n + 1, o->kv_type, err))
 		goto out;
 	for (i = 0; i < n; i++) {
 		/* reproducible tokens; every entry wants logits, as a

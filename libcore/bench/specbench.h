@@ -70,6 +70,7 @@ typedef struct ds_verify_opts {
 	const char *cpus;
 	uint32_t ctx, max_e;
 	int reps;
+	enum ds_kvtype kv_type;     /* the cache's */
 	FILE *progress;
 } ds_verify_opts;
 

@@ -108,7 +108,7 @@ for r in d["rows"]:
 # ---- models: -m DIR and --synthetic ----------------------------------------------------
 
 # The fields every plumbing format has, in order (ds-bench(1)).
-FIELDS=model,synthetic,arch,type,n_layer,model_bytes,active_bytes,params,active_params,head_params,attn_width,isa,hugepages,load_s,threads,n_prompt,n_gen,n_ctx,reps,pp_ts,pp_sd,tg_ts,tg_sd,ms_per_tok,ms_per_tok_sd,ttft_ms,ttft_sd,probe_gbs,probe_best_gbs,decode_gbs,bw_ratio,peak_kind,peak_gops,pp_gops,pp_ratio,rss_peak_mib,kv_mib,ranks,pp_comm_bytes,pp_comm_ms,pp_comm_share,pp_wait_max_ms,tg_comm_bytes,tg_comm_ms,tg_comm_share,tg_wait_max_ms
+FIELDS=model,synthetic,arch,type,n_layer,model_bytes,active_bytes,params,active_params,head_params,attn_width,isa,hugepages,load_s,threads,n_prompt,n_gen,n_ctx,reps,pp_ts,pp_sd,tg_ts,tg_sd,ms_per_tok,ms_per_tok_sd,ttft_ms,ttft_sd,probe_gbs,probe_best_gbs,decode_gbs,bw_ratio,peak_kind,peak_gops,pp_gops,pp_ratio,rss_peak_mib,kv_mib,ranks,pp_comm_bytes,pp_comm_ms,pp_comm_share,pp_wait_max_ms,tg_comm_bytes,tg_comm_ms,tg_comm_share,tg_wait_max_ms,cache_type
 
 # A tiny run: 2 rows (p 8,16 x n 4, one thread), 2 repetitions.
 tiny() {
@@ -157,6 +157,7 @@ for r, p in zip(rows, (8, 16)):
     # the ruler is the sustained rate of the passes, beside it the fastest pass
     assert r["probe_best_gbs"] >= r["probe_gbs"] * (1 - 1e-9), r
     assert r["peak_kind"] == "int8", r
+    assert r["cache_type"] == "f16", r
     # test-llama: 2 layers of 4 heads of 16: q.k and the values, 32 a pair;
     # a p-token prompt attends (p + 1) / 2 keys a token on average
     assert r["attn_width"] == 2 * 4 * 32, r
@@ -241,6 +242,48 @@ for r in rows:
 	[[ "$output" == *'"type": "bf16", "n_layer": 1,'* ]]
 	[[ "$output" == *'"tg_ts": 0.0,'* ]]
 	[[ "$output" == *'"peak_kind": "bf16"'* ]]
+}
+
+@test "ds-bench --cache-type: the cache each row runs on, its size; bad types refused" {
+	# test-deepseek2 caches one row of the latent and k_pe (32 + 8) a
+	# position and layer, 3 layers
+	for t in f32 f16 bf16; do
+		run --separate-stderr "$DS_BIN/ds-bench" --synthetic test-deepseek2 --cache-type $t \
+			--ctx-size 2048 -p 16 -n 4 -r 1 -t 1 -o jsonl
+		[ "$status" -eq 0 ]
+		echo "$output" | /usr/bin/python3 -c '
+import json, sys
+t = sys.argv[1]
+r = json.loads(sys.stdin.read())
+assert r["cache_type"] == t and r["pp_ts"] > 0 and r["tg_ts"] > 0, r
+b = {"f32": 4, "f16": 2, "bf16": 2}[t]
+assert r["kv_mib"] * 2**20 == 3 * 2048 * 40 * b, r
+' $t
+	done
+	# q8: blocks of 32 int8 and an f32 scale; TinyLlama's K and V rows
+	# are 4 heads of 64
+	run --separate-stderr "$DS_BIN/ds-bench" --synthetic tinyllama-1.1b --layers 1 \
+		--cache-type q8 --ctx-size 1024 -p 8 -n 2 -r 1 -t 1 -o jsonl
+	[ "$status" -eq 0 ]
+	[[ "$output" == *'"kv_mib": 0.5625,'* ]]
+	[[ "$output" == *'"cache_type": "q8"'* ]]
+	run --separate-stderr "$DS_BIN/ds-bench" --synthetic test-deepseek2 --cache-type bf16 \
+		-p 8 -n 0 -r 1 -t 1
+	[ "$status" -eq 0 ]
+	[[ "${lines[0]}" == *", KV cache bf16, "* ]]
+	run "$DS_BIN/ds-bench" --synthetic test-deepseek2 --cache-type q4 -p 8
+	[ "$status" -eq 2 ]
+	[[ "$output" == "ds-bench: --cache-type q4: "*"(f32, f16, bf16, q8)"* ]]
+	run "$DS_BIN/ds-bench" --kernels --cache-type f32
+	[ "$status" -eq 2 ]
+	# test-deepseek2's cache row of 40 does not fill q8's blocks of 32
+	run "$DS_BIN/ds-bench" --synthetic test-deepseek2 --cache-type q8 -p 8 -n 0 -r 1 -t 1
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"cache type q8 needs"*"multiples of 32"* ]]
+	run --separate-stderr "$DS_BIN/ds-bench" --synthetic test-deepseek2 --cache-type bf16 \
+		--verify 2 -p 8 -r 3 -t 1 -o csv
+	[ "$status" -eq 0 ]
+	[ "$(wc -l <<<"$output")" -eq 3 ]
 }
 
 @test "ds-bench --synthetic leaves nothing in TMPDIR, also when interrupted" {
