@@ -1660,49 +1660,65 @@ AI void blk_pv(const ds_attn_blk *a, size_t t0, size_t nt, size_t d0, size_t np2
 				stm(a->o + (t0 + t) * a->o_ld + d0 + 16 * i, m[i], acc[t][i]);
 }
 
-/* A tile of up to 4 rows from t0: its scores over the groups of keys its
- * last row sees, the weights, then the outputs, 64 values at a time. */
-static void blk_tile(const ds_attn_blk *a, size_t t0, size_t nt, float *sc, uint16_t *pb)
+/* Groups g .. of the scores of a tile of up to 4 rows from t0, as many
+ * as its last row sees of the next 3 (int8 keys) or 4 (bf16); 0 when
+ * it sees none of them. */
+static size_t blk_group(const ds_attn_blk *a, size_t t0, size_t nt, size_t g, float *sc)
 {
-	size_t n = blk_seen(a, t0 + nt - 1), ng = (n + 15) / 16, vdp = (a->vd + 15) / 16 * 16;
-	size_t g, t, d;
-	float c[4];
+	size_t ng = (blk_seen(a, t0 + nt - 1) + 15) / 16, k = a->k8 ? 3 : 4;
+	size_t m = g >= ng ? 0 : ng - g < k ? ng - g : k;
 
-	for (g = 0; a->k8 && g < ng; g += 3) {
-		switch (ng - g < 3 ? ng - g : 3) {
-		case 1: blk_qk8(a, t0, nt, g, sc, 1); break;
-		case 2: blk_qk8(a, t0, nt, g, sc, 2); break;
-		default: blk_qk8(a, t0, nt, g, sc, 3); break;
-		}
+	switch (a->k8 ? m : 4 + m) {
+	case 1: blk_qk8(a, t0, nt, g, sc, 1); break;
+	case 2: blk_qk8(a, t0, nt, g, sc, 2); break;
+	case 3: blk_qk8(a, t0, nt, g, sc, 3); break;
+	case 5: blk_qk(a, t0, nt, g, sc, 1); break;
+	case 6: blk_qk(a, t0, nt, g, sc, 2); break;
+	case 7: blk_qk(a, t0, nt, g, sc, 3); break;
+	case 8: blk_qk(a, t0, nt, g, sc, 4); break;
+	default: break;         /* none of them seen */
 	}
-	for (g = 0; a->k8 == NULL && g < ng; g += 4) {
-		switch (ng - g < 4 ? ng - g : 4) {
-		case 1: blk_qk(a, t0, nt, g, sc, 1); break;
-		case 2: blk_qk(a, t0, nt, g, sc, 2); break;
-		case 3: blk_qk(a, t0, nt, g, sc, 3); break;
-		default: blk_qk(a, t0, nt, g, sc, 4); break;
-		}
-	}
-	for (t = 0; t < nt; t++)
-		c[t] = blk_weights(a, t0 + t, sc + (t0 + t) * DS_ATTN_BLK,
-				   pb + t * DS_ATTN_BLK, blk_seen(a, t0 + t), ng * 16);
-	for (d = 0; d < vdp; d += 64) {
-		switch ((vdp - d) / 16 < 4 ? (vdp - d) / 16 : 4) {
-		case 1: blk_pv(a, t0, nt, d, (n + 1) / 2, pb, c, 1); break;
-		case 2: blk_pv(a, t0, nt, d, (n + 1) / 2, pb, c, 2); break;
-		case 3: blk_pv(a, t0, nt, d, (n + 1) / 2, pb, c, 3); break;
-		default: blk_pv(a, t0, nt, d, (n + 1) / 2, pb, c, 4); break;
-		}
+	return m;
+}
+
+/* The tile's outputs d .. d+63 (fewer at the end of the row). */
+static void blk_values(const ds_attn_blk *a, size_t t0, size_t nt, size_t d,
+		       const uint16_t *pb, const float *c)
+{
+	size_t np2 = (blk_seen(a, t0 + nt - 1) + 1) / 2, vdp = (a->vd + 15) / 16 * 16;
+
+	pb += t0 * DS_ATTN_BLK;
+	switch ((vdp - d) / 16 < 4 ? (vdp - d) / 16 : 4) {
+	case 1: blk_pv(a, t0, nt, d, np2, pb, c + t0, 1); break;
+	case 2: blk_pv(a, t0, nt, d, np2, pb, c + t0, 2); break;
+	case 3: blk_pv(a, t0, nt, d, np2, pb, c + t0, 3); break;
+	default: blk_pv(a, t0, nt, d, np2, pb, c + t0, 4); break;
 	}
 }
 
+/* The rows' scores a few groups of keys at a time over all the tiles,
+ * their weights, then their outputs 64 values at a time over all the
+ * tiles: a few groups of keys (at V2-Lite's widths 48 int8 keys, 10 KiB,
+ * or 64 bf16 keys, 24 KiB) and the values for 64 outputs (256 keys by 64,
+ * 32 KiB) stay in L1 from one tile to the next, where the block's keys
+ * and values (120-160 KiB) would be read from L2 for every tile. */
 static void attn_blk(const ds_attn_blk *a, float *scratch)
 {
 	uint16_t *pb = (uint16_t *)(scratch + DS_ATTN_TOKENS * DS_ATTN_BLK);
-	size_t t;
+	size_t vdp = (a->vd + 15) / 16 * 16, t, d, g, m = 1;
+	float c[DS_ATTN_TOKENS];
 
-	for (t = 0; t < a->nt; t += 4)
-		blk_tile(a, t, a->nt - t < 4 ? a->nt - t : 4, scratch, pb);
+	for (g = 0; m; g += a->k8 ? 3 : 4)
+		for (t = 0, m = 0; t < a->nt; t += 4)
+			m |= blk_group(a, t, a->nt - t < 4 ? a->nt - t : 4, g, scratch);
+	/* each row's weights to its tile's last group, which its values read */
+	for (t = 0; t < a->nt; t++)
+		c[t] = blk_weights(a, t, scratch + t * DS_ATTN_BLK, pb + t * DS_ATTN_BLK,
+				   blk_seen(a, t), (blk_seen(a, (t | 3) < a->nt ? t | 3 : a->nt - 1)
+						    + 15) / 16 * 16);
+	for (d = 0; d < vdp; d += 64)
+		for (t = 0; t < a->nt; t += 4)
+			blk_values(a, t, a->nt - t < 4 ? a->nt - t : 4, d, pb, c);
 }
 
 /* ---- probes ------------------------------------------------------------------- */
