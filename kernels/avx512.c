@@ -57,6 +57,16 @@ AI __mmask16 row_mask(const ds_mat *w, size_t rs)
 	return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
 }
 
+/* x = n ln2 + r, |r| <= ln2/2: n rounded, ln2 in two parts so that r
+ * is exact to float's precision. */
+AI __m512 exp_reduce(__m512 x, __m512 *n)
+{
+	*n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+				  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	return _mm512_fnmadd_ps(*n, _mm512_set1_ps(1.42860677e-6f),
+				_mm512_fnmadd_ps(*n, _mm512_set1_ps(0.693145752f), x));
+}
+
 /* e^x, |relative error| < 2e-7 (degree-7 Taylor on |r| <= ln2/2). */
 AI __m512 exp512(__m512 x)
 {
@@ -64,10 +74,7 @@ AI __m512 exp512(__m512 x)
 
 	x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
 	x = _mm512_min_ps(x, _mm512_set1_ps(88.7f));
-	n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
-				 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-	r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), x);
-	r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-6f), r);
+	r = exp_reduce(x, &n);
 	p = _mm512_set1_ps(1.0f / 5040);
 	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
 	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
@@ -88,10 +95,7 @@ AI __m512 exp512_bf(__m512 x)
 	__m512 n, r, p;
 
 	x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
-	n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
-				 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-	r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), x);
-	r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-6f), r);
+	r = exp_reduce(x, &n);
 	p = _mm512_set1_ps(1.0f / 120);
 	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
 	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
