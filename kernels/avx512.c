@@ -67,6 +67,18 @@ AI __m512 exp_reduce(__m512 x, __m512 *n)
 				_mm512_fnmadd_ps(*n, _mm512_set1_ps(0.693145752f), x));
 }
 
+/* The Taylor polynomial's steps from r^4/4! down, p the higher terms'
+ * sum so far (with r^5's coefficient), times 2^n. */
+AI __m512 exp_finish(__m512 p, __m512 r, __m512 n)
+{
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+	return _mm512_scalef_ps(p, n);
+}
+
 /* e^x, |relative error| < 2e-7 (degree-7 Taylor on |r| <= ln2/2). */
 AI __m512 exp512(__m512 x)
 {
@@ -78,12 +90,7 @@ AI __m512 exp512(__m512 x)
 	p = _mm512_set1_ps(1.0f / 5040);
 	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
 	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-	return _mm512_scalef_ps(p, n);
+	return exp_finish(p, r, n);
 }
 
 /* e^x for x <= 0 whose result is rounded to bf16 next (the softmax
@@ -92,17 +99,11 @@ AI __m512 exp512(__m512 x)
  * exp512. */
 AI __m512 exp512_bf(__m512 x)
 {
-	__m512 n, r, p;
+	__m512 n, r;
 
 	x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
 	r = exp_reduce(x, &n);
-	p = _mm512_set1_ps(1.0f / 120);
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-	return _mm512_scalef_ps(p, n);
+	return exp_finish(_mm512_set1_ps(1.0f / 120), r, n);
 }
 
 /* ---- q4 (w = S (q - Z)) and q8 (w = S (u - 128)) ----------------------- */
